@@ -1,0 +1,71 @@
+package fencedlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Compare with errors.Is: the library wraps them with
+// detail (the resource, the argument, the cause).
+var (
+	// ErrNotAcquired means the lock is held by someone else. TryAcquire
+	// returns it at once; Acquire returns it wrapped together with the
+	// context's error when the context ends before the lock is free.
+	ErrNotAcquired = errors.New("fencedlock: lock not acquired")
+
+	// ErrLockLost means this Lock no longer holds its key in Redis: it
+	// expired, was released, or was taken over. Nothing was changed in
+	// Redis. Writes made with its token may still be accepted by a store
+	// until a newer token is used; stop working and acquire again.
+	ErrLockLost = errors.New("fencedlock: lock lost")
+
+	// ErrStaleToken means a store refused a write because it already holds
+	// a value written with a higher token: the writer lost its lock. The
+	// writer should acquire again (getting a higher token), re-read the
+	// resource and retry. Over HTTP this is 409 Conflict. A
+	// *StaleTokenError carrying the tokens matches it with errors.Is.
+	ErrStaleToken = errors.New("fencedlock: stale fencing token")
+
+	// ErrNotFound means a store holds no value for the resource.
+	ErrNotFound = errors.New("fencedlock: resource not found")
+
+	// ErrInvalidToken means a token is zero, malformed, or out of the range
+	// a store can compare exactly. Over HTTP this is 400 Bad Request.
+	ErrInvalidToken = errors.New("fencedlock: invalid token")
+
+	// ErrInvalidArgument means a caller passed an argument that cannot be
+	// used: an empty resource, a TTL below one millisecond, a nil client.
+	// The wrapping error names the argument.
+	ErrInvalidArgument = errors.New("fencedlock: invalid argument")
+
+	// ErrCorrupt means Redis holds a value the library did not write where
+	// it keeps its own state, such as a token counter that is not a
+	// non-negative integer. The wrapping error names the key. The library
+	// changes nothing when it finds one; repair or delete the key.
+	ErrCorrupt = errors.New("fencedlock: corrupt state in redis")
+)
+
+// StaleTokenError is returned by a store that refused a write because
+// Token is lower than Current, the token stored with the resource's value.
+// errors.Is(err, ErrStaleToken) reports true for it.
+//
+// The writer lost its lock: acquire again, re-read, retry. If Current is
+// higher than any token the Locker hands out (its counter was lost and the
+// Redis clock is behind), call Locker.Advance with Current first.
+type StaleTokenError struct {
+	Resource string
+	Token    Token // the rejected token
+	Current  Token // the token the store holds
+}
+
+// Error reports the resource and both tokens.
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("fencedlock: stale fencing token %d for resource %q: store holds %d", e.Token, e.Resource, e.Current)
+}
+
+// Is reports whether target is ErrStaleToken.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+func invalidArg(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}

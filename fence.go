@@ -1,0 +1,26 @@
+package fencedlock
+
+import "fmt"
+
+// CheckToken is the fencing rule, the one every Store applies to every
+// write. current is the token stored with the resource's value (zero when
+// the resource has no value yet) and token is the writer's.
+//
+// It returns nil when token >= current: the write may proceed, and the
+// store must record token next to the value in the same atomic step. Equal
+// passes because one holder writes many times with one token. It returns a
+// *StaleTokenError when token < current, and an error wrapping
+// ErrInvalidToken when token is zero.
+//
+// A Store written outside this package calls CheckToken inside its own
+// transaction, with current read under the same lock or snapshot as the
+// write; package fencetest checks that it does.
+func CheckToken(resource string, current, token Token) error {
+	if token == 0 {
+		return fmt.Errorf("%w: zero token for resource %q", ErrInvalidToken, resource)
+	}
+	if token < current {
+		return &StaleTokenError{Resource: resource, Token: token, Current: current}
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+// Package redistest starts redis-server processes for tests and gives
+// tests one way to run against both miniredis and a real Redis.
+//
+// Real-Redis tests need redis-server on PATH. Without it they are skipped
+// with a message, except when the environment has CI=true: then they fail.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process on a loopback port, with no
+// persistence, in a temporary directory.
+type Server struct {
+	Addr string
+
+	mu   sync.Mutex // protects cmd
+	cmd  *exec.Cmd
+	args []string
+	dir  string
+}
+
+// Binary returns the path of redis-server, or skips tb (fails it when
+// CI=true) when it is not on PATH.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("redis-server is not on PATH and CI=true requires the real-Redis tests: %v", err)
+		}
+		tb.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the real-Redis tests")
+	}
+	return path
+}
+
+// Start starts a redis-server and stops it when tb's test ends. extra
+// arguments are passed on its command line, e.g. "--cluster-enabled", "yes".
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	s, err := start(Binary(tb), extra...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func start(bin string, extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--protected-mode", "no", "--loglevel", "warning",
+			"--logfile", filepath.Join(dir, "redis.log"),
+		}, extra...)
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: args, dir: dir}
+		if lastErr = s.launch(bin); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("redistest: starting redis-server: %w", lastErr)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) launch(bin string) error {
+	cmd := exec.Command(bin, s.args...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited at start: %s", s.logTail())
+		default:
+		}
+		if ping(s.Addr) == nil {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	<-exited
+	return fmt.Errorf("redis-server did not answer on %s: %s", s.Addr, s.logTail())
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// Kill stops the server with SIGKILL. Its data is gone: it had no
+// persistence.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		for ping(s.Addr) == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// Restart kills the server and starts it again, empty, on the same port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Kill()
+	os.Remove(filepath.Join(s.dir, "nodes.conf"))
+	if err := s.launch(Binary(tb)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.Kill()
+	os.RemoveAll(s.dir)
+}
+
+// Client returns a client of the server, closed when tb's test ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// StartCluster starts a one-node Redis Cluster that serves all 16384
+// slots, and returns the server. Use a redis.ClusterClient with its Addr.
+func StartCluster(tb testing.TB) *Server {
+	tb.Helper()
+	s := Start(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: cluster not ok: %v %s", err, info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,439 @@
+package fencedlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	mrand "math/rand"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is the key prefix a Locker and a RedisStore use unless
+// WithPrefix or WithStorePrefix sets another.
+const DefaultPrefix = "fencedlock"
+
+// cleanupTimeout bounds work that must happen after the caller's context is
+// done, such as releasing a lock whose grant reply was lost.
+const cleanupTimeout = time.Second
+
+// Locker grants fenced locks on resources named by strings. It keeps no
+// state of its own besides its configuration: all lock state is in Redis,
+// so Lockers in many processes sharing one Redis (and one prefix)
+// coordinate with each other.
+//
+// A Locker is safe for concurrent use by multiple goroutines.
+type Locker struct {
+	client redis.UniversalClient
+	prefix string
+	err    error // set by New for a configuration that cannot work
+}
+
+// Option configures a Locker.
+type Option func(*Locker)
+
+// WithPrefix sets the namespace of the Locker's keys: a resource R uses
+// the keys "<prefix>:{R}:lock" and "<prefix>:{R}:token". The default is
+// DefaultPrefix. An empty prefix gives "{R}:lock" and "{R}:token". Lockers
+// that must exclude each other need the same prefix.
+func WithPrefix(prefix string) Option {
+	return func(l *Locker) { l.prefix = prefix }
+}
+
+// New returns a Locker that keeps its locks and token counters in the
+// Redis behind client: a single node, a Sentinel failover client, or a
+// Cluster client.
+//
+// New does not contact Redis. A nil client does not panic: every method of
+// the returned Locker returns an error wrapping ErrInvalidArgument.
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	l := &Locker{client: client, prefix: DefaultPrefix}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(l)
+		}
+	}
+	if isNil(client) {
+		l.err = invalidArg("nil redis client")
+	}
+	return l
+}
+
+// isNil reports whether an interface holds nil or a nil pointer.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Func, reflect.Slice, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// LockKey returns the Redis key that holds the lock on resource.
+func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }
+
+// TokenKey returns the Redis key that holds resource's token counter. It
+// has no TTL: it outlives every lock on the resource.
+func (l *Locker) TokenKey(resource string) string { return l.key(resource, "token") }
+
+func (l *Locker) key(resource, kind string) string {
+	return keyFor(l.prefix, resource, kind)
+}
+
+func keyFor(prefix, resource, kind string) string {
+	if prefix == "" {
+		return "{" + resource + "}:" + kind
+	}
+	return prefix + ":{" + resource + "}:" + kind
+}
+
+// checkResource validates a resource name and the hash tag its keys get.
+func checkResource(prefix, resource string) error {
+	if resource == "" {
+		return invalidArg("empty resource name")
+	}
+	// Redis Cluster hashes the text between the first "{" and the next
+	// "}". An empty tag makes it hash whole keys, which would put the keys
+	// of one resource in different slots.
+	key := keyFor(prefix, resource, "lock")
+	if i := strings.IndexByte(key, '{'); i >= 0 && i+1 < len(key) && key[i+1] == '}' {
+		return invalidArg("key %q of resource %q has an empty hash tag", key, resource)
+	}
+	return nil
+}
+
+// ttlMillis validates a TTL and converts it to whole milliseconds,
+// rounding down.
+func ttlMillis(ttl time.Duration) (int64, error) {
+	if ttl < time.Millisecond {
+		return 0, invalidArg("ttl %v is below 1ms", ttl)
+	}
+	return ttl.Milliseconds(), nil
+}
+
+func (l *Locker) check(resource string) error {
+	if l == nil {
+		return invalidArg("nil Locker")
+	}
+	if l.err != nil {
+		return l.err
+	}
+	return checkResource(l.prefix, resource)
+}
+
+// newOwner returns a random 128-bit owner nonce in hex.
+func newOwner() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// TryAcquire makes one attempt to lock resource for ttl, in one round trip
+// to Redis. On success the Lock carries a fresh token, higher than every
+// token granted on resource before. When another owner holds the lock it
+// returns an error wrapping ErrNotAcquired.
+//
+// ttl must be at least one millisecond; it is rounded down to whole
+// milliseconds. If the reply is lost (a network error or ctx ending while
+// the command is in flight) TryAcquire deletes the lock it may have been
+// granted, within a short detached timeout, and returns the error.
+func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	if err := l.check(resource); err != nil {
+		return nil, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := newOwner()
+	if err != nil {
+		return nil, err
+	}
+	lock, _, err := l.attempt(ctx, resource, owner, ms)
+	if err != nil {
+		return nil, err
+	}
+	if lock == nil {
+		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, resource)
+	}
+	return lock, nil
+}
+
+// attempt runs the acquire script once. It returns the Lock when granted,
+// or nil and the holder's remaining TTL when the lock is held.
+func (l *Locker) attempt(ctx context.Context, resource, owner string, ms int64) (*Lock, time.Duration, error) {
+	keys := []string{l.LockKey(resource), l.TokenKey(resource)}
+	res, err := acquireScript.Run(ctx, l.client, keys, owner, ms).Slice()
+	if err != nil {
+		if !isServerError(err) {
+			// The grant may have happened with its reply lost: free it.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			releaseScript.Run(cctx, l.client, keys[:1], owner)
+			cancel()
+		}
+		return nil, 0, scriptErr("acquire", resource, err)
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", resource, res)
+	}
+	granted, _ := res[0].(int64)
+	if granted != 1 {
+		pttl, _ := res[1].(int64)
+		return nil, time.Duration(pttl) * time.Millisecond, nil
+	}
+	token, err := tokenFromReply(res[1])
+	if err != nil {
+		return nil, 0, fmt.Errorf("fencedlock: acquire %q: %w", resource, err)
+	}
+	return &Lock{locker: l, resource: resource, owner: owner, key: keys[0], token: token}, 0, nil
+}
+
+// tokenFromReply converts a token from a script reply: an integer, or a
+// string of digits for values a Lua number cannot hold exactly.
+func tokenFromReply(v any) (Token, error) {
+	switch v := v.(type) {
+	case int64:
+		if v > 0 {
+			return Token(v), nil
+		}
+	case string:
+		return ParseToken(v)
+	}
+	return 0, fmt.Errorf("%w: unexpected token reply %v", ErrInvalidToken, v)
+}
+
+// AcquireOption configures one call of Acquire.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	minDelay, maxDelay time.Duration
+}
+
+// Default retry delays of Acquire.
+const (
+	DefaultMinRetryDelay = 2 * time.Millisecond
+	DefaultMaxRetryDelay = 64 * time.Millisecond
+)
+
+// WithRetryDelay sets the bounds of the delay between Acquire's attempts
+// while the lock is held. The delay starts at min and doubles up to max,
+// each wait drawn at random from its upper half, and never waits longer
+// than the holder's remaining TTL. Defaults: DefaultMinRetryDelay and
+// DefaultMaxRetryDelay. A min below 1ms is raised to 1ms and a max below
+// min is raised to min.
+func WithRetryDelay(min, max time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.minDelay, c.maxDelay = min, max }
+}
+
+// Acquire locks resource for ttl, waiting while another owner holds it,
+// until it gets the lock or ctx is done. On success the Lock carries a
+// fresh token, higher than every token granted on resource before. When
+// ctx ends first it returns an error that wraps both ErrNotAcquired and
+// ctx.Err(). Errors other than a held lock (a Redis failure, bad input)
+// end the wait at once.
+func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := l.check(resource); err != nil {
+		return nil, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	cfg := acquireConfig{minDelay: DefaultMinRetryDelay, maxDelay: DefaultMaxRetryDelay}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	if cfg.minDelay < time.Millisecond {
+		cfg.minDelay = time.Millisecond
+	}
+	if cfg.maxDelay < cfg.minDelay {
+		cfg.maxDelay = cfg.minDelay
+	}
+	owner, err := newOwner()
+	if err != nil {
+		return nil, err
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for delay := cfg.minDelay; ; delay = min(2*delay, cfg.maxDelay) {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
+		}
+		lock, holderTTL, err := l.attempt(ctx, resource, owner, ms)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctxErr)
+			}
+			return nil, err
+		}
+		if lock != nil {
+			return lock, nil
+		}
+		wait := delay/2 + time.Duration(mrand.Int63n(int64(delay/2)+1))
+		if holderTTL > 0 && holderTTL < wait {
+			wait = holderTTL
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// maxFloor is the highest floor Advance takes: the counter must stay
+// below 2^63-1 for INCR to raise it.
+const maxFloor = math.MaxInt64 - 1
+
+// Advance raises resource's token counter so that the next token granted
+// is higher than floor. A counter already at or above floor is left alone.
+//
+// Use it when a store rejects a write with a *StaleTokenError whose Current
+// is not below the tokens this Locker grants: the counter was lost and the
+// Redis clock that re-seeded it is behind. floor must be from 1 to
+// 2^63-2; otherwise the error wraps ErrInvalidToken and nothing changes.
+func (l *Locker) Advance(ctx context.Context, resource string, floor Token) error {
+	if err := l.check(resource); err != nil {
+		return err
+	}
+	if floor == 0 || floor > maxFloor {
+		return fmt.Errorf("%w: floor %d is outside 1..%d", ErrInvalidToken, floor, uint64(maxFloor))
+	}
+	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, floor.String()).Err()
+	if err != nil {
+		return scriptErr("advance", resource, err)
+	}
+	return nil
+}
+
+// Lock is a granted lock on one resource, with the fencing token of its
+// grant. Pass Token with every write to the protected resource.
+//
+// A Lock is safe for concurrent use by multiple goroutines.
+type Lock struct {
+	locker   *Locker
+	resource string
+	owner    string // 128-bit random nonce, in hex, held in the lock key
+	key      string
+	token    Token
+}
+
+// Resource returns the name of the locked resource.
+func (k *Lock) Resource() string {
+	if k == nil {
+		return ""
+	}
+	return k.resource
+}
+
+// Token returns the fencing token of this grant. It does not change for
+// the life of the Lock: Refresh keeps it.
+func (k *Lock) Token() Token {
+	if k == nil {
+		return 0
+	}
+	return k.token
+}
+
+// Refresh sets the lock's TTL to ttl from now, if this Lock still holds
+// it. Otherwise it returns an error wrapping ErrLockLost and changes
+// nothing. ttl must be at least one millisecond.
+func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return err
+	}
+	n, err := refreshScript.Run(ctx, k.locker.client, []string{k.key}, k.owner, ms).Int64()
+	if err != nil {
+		return scriptErr("refresh", k.resource, err)
+	}
+	if n != 1 {
+		return k.lost()
+	}
+	return nil
+}
+
+// Release deletes the lock if this Lock still holds it. Otherwise it
+// returns an error wrapping ErrLockLost and changes nothing: a late Release
+// never frees another owner's lock. Release is bounded by ctx; to release
+// after ctx is done (in a deferred cleanup, say), pass a short detached
+// context: context.WithTimeout(context.WithoutCancel(ctx), time.Second).
+func (k *Lock) Release(ctx context.Context) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
+	if err != nil {
+		return scriptErr("release", k.resource, err)
+	}
+	if n != 1 {
+		return k.lost()
+	}
+	return nil
+}
+
+// TTL returns the lock's remaining time to live in Redis, if this Lock
+// still holds it; otherwise an error wrapping ErrLockLost. It is a
+// measurement, not a safety check: the lock can expire right after it
+// returns. Only the store's token check is safe.
+func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := k.check(); err != nil {
+		return 0, err
+	}
+	ms, err := pttlScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
+	if err != nil {
+		return 0, scriptErr("ttl", k.resource, err)
+	}
+	if ms == -3 {
+		return 0, k.lost()
+	}
+	if ms < 0 {
+		return 0, fmt.Errorf("fencedlock: ttl %q: lock key has no expiry (pttl %d)", k.resource, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (k *Lock) check() error {
+	if k == nil || k.locker == nil || k.locker.client == nil {
+		return invalidArg("nil or zero Lock: use one returned by a Locker")
+	}
+	return nil
+}
+
+func (k *Lock) lost() error {
+	return fmt.Errorf("%w: %q (token %d)", ErrLockLost, k.resource, k.token)
+}
+
+// String describes the lock for logs: resource and token, not the owner
+// nonce.
+func (k *Lock) String() string {
+	if k == nil {
+		return "fencedlock.Lock(nil)"
+	}
+	return "fencedlock.Lock{" + strconv.Quote(k.resource) + " token " + k.token.String() + "}"
+}

@@ -1,0 +1,47 @@
+-- Shared prelude of the scripts that touch a token counter.
+--
+-- A counter holds a non-negative decimal integer that INCR can still raise:
+-- at most 2^63 - 2. Comparisons are done on digit strings, never on Lua
+-- numbers, which are doubles and exact only up to 2^53.
+
+-- Strips leading zeros; returns nil unless s is all decimal digits.
+local function digits(s)
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') then
+    return nil
+  end
+  s = string.gsub(s, '^0+', '')
+  if s == '' then
+    return '0'
+  end
+  return s
+end
+
+-- Whether digit string a < digit string b (both without leading zeros).
+local function less(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  return a < b
+end
+
+-- Returns the counter's value as a digit string, nil when the key is
+-- missing, or raises an error reply when it holds anything else.
+local function read_counter(key)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local c = digits(raw)
+  if not c or not less(c, '9223372036854775807') then
+    return redis.error_reply('FENCEDLOCK_CORRUPT token counter ' .. key ..
+      ' does not hold an integer from 0 to 2^63-2')
+  end
+  return c
+end
+
+-- The Redis server clock in microseconds, as a digit string: the seed of a
+-- missing counter.
+local function clock_seed()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', tonumber(now[2]))
+end

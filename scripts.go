@@ -1,0 +1,61 @@
+package fencedlock
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/counter.lua
+	counterLua string
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/advance.lua
+	advanceLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/refresh.lua
+	refreshLua string
+	//go:embed lua/pttl.lua
+	pttlLua string
+	//go:embed lua/put.lua
+	putLua string
+)
+
+// The scripts run with EVALSHA, falling back to EVAL once per server when
+// the script cache does not hold them.
+var (
+	acquireScript = redis.NewScript(counterLua + acquireLua)
+	advanceScript = redis.NewScript(counterLua + advanceLua)
+	releaseScript = redis.NewScript(releaseLua)
+	refreshScript = redis.NewScript(refreshLua)
+	pttlScript    = redis.NewScript(pttlLua)
+	putScript     = redis.NewScript(putLua)
+)
+
+// corruptTag starts the error replies of scripts that found a key holding
+// a value the library did not write.
+const corruptTag = "FENCEDLOCK_CORRUPT "
+
+// scriptErr turns an error from a script run into the library's error.
+func scriptErr(op, resource string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		if msg := rerr.Error(); strings.Contains(msg, corruptTag) {
+			_, detail, _ := strings.Cut(msg, corruptTag)
+			return fmt.Errorf("%w: %s %q: %s", ErrCorrupt, op, resource, detail)
+		}
+	}
+	return fmt.Errorf("fencedlock: %s %q: %w", op, resource, err)
+}
+
+// isServerError reports whether err is a reply from Redis (the command ran
+// and failed) rather than a failure to deliver the command or its reply.
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+}

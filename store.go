@@ -1,0 +1,193 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Store is a resource protected by fencing tokens. Every write carries the
+// writer's token and the store applies the rule of CheckToken to it,
+// atomically with the write.
+//
+// Implementations must be safe for concurrent use, and pass the
+// conformance suite in package fencetest.
+type Store interface {
+	// Put stores value for resource if token is greater than or equal to
+	// the token stored with the resource's current value, and stores token
+	// next to it in the same atomic step. A lower token returns a
+	// *StaleTokenError and changes nothing; so do a zero token (an error
+	// wrapping ErrInvalidToken) and an empty resource (ErrInvalidArgument).
+	Put(ctx context.Context, resource string, token Token, value []byte) error
+
+	// Get returns resource's value and the token that wrote it, or an
+	// error wrapping ErrNotFound when nothing was written.
+	Get(ctx context.Context, resource string) (value []byte, token Token, err error)
+}
+
+// MemoryStore is a Store in process memory, for tests and single-process
+// programs. The zero value is an empty store, ready to use.
+//
+// A MemoryStore is safe for concurrent use by multiple goroutines.
+type MemoryStore struct {
+	mu   sync.Mutex
+	data map[string]memoryEntry // guarded by mu
+}
+
+type memoryEntry struct {
+	value []byte
+	token Token
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{data: make(map[string]memoryEntry)}
+}
+
+// Put implements Store. It keeps a copy of value.
+func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
+	if resource == "" {
+		return invalidArg("empty resource name")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil {
+		s.data = make(map[string]memoryEntry)
+	}
+	if err := CheckToken(resource, s.data[resource].token, token); err != nil {
+		return err
+	}
+	s.data[resource] = memoryEntry{value: append([]byte{}, value...), token: token}
+	return nil
+}
+
+// Get implements Store. It returns a copy of the value.
+func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
+	if resource == "" {
+		return nil, 0, invalidArg("empty resource name")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	s.mu.Lock()
+	e, ok := s.data[resource]
+	s.mu.Unlock()
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %q", ErrNotFound, resource)
+	}
+	return append([]byte{}, e.value...), e.token, nil
+}
+
+// MaxRedisStoreToken is the highest token a RedisStore accepts. Its script
+// compares tokens as Lua numbers, which are exact only below 2^53. Tokens
+// that a Locker seeds from the Redis clock stay below it for centuries.
+const MaxRedisStoreToken Token = 1<<53 - 1
+
+// RedisStore is a Store that keeps each resource's value and token in one
+// Redis hash, "<prefix>:{<resource>}:value", in the same hash slot as the
+// resource's lock keys when the prefixes match. Put is one round trip.
+//
+// A RedisStore is safe for concurrent use by multiple goroutines.
+type RedisStore struct {
+	client redis.UniversalClient
+	prefix string
+	err    error // set by NewRedisStore for a configuration that cannot work
+}
+
+// StoreOption configures a RedisStore.
+type StoreOption func(*RedisStore)
+
+// WithStorePrefix sets the namespace of the store's keys. The default is
+// DefaultPrefix; an empty prefix gives "{<resource>}:value".
+func WithStorePrefix(prefix string) StoreOption {
+	return func(s *RedisStore) { s.prefix = prefix }
+}
+
+// NewRedisStore returns a RedisStore that keeps its values in the Redis
+// behind client. It does not contact Redis. A nil client does not panic:
+// every method returns an error wrapping ErrInvalidArgument.
+func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStore {
+	s := &RedisStore{client: client, prefix: DefaultPrefix}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(s)
+		}
+	}
+	if isNil(client) {
+		s.err = invalidArg("nil redis client")
+	}
+	return s
+}
+
+// Key returns the Redis key that holds resource's value and token.
+func (s *RedisStore) Key(resource string) string { return keyFor(s.prefix, resource, "value") }
+
+func (s *RedisStore) check(resource string) error {
+	if s == nil {
+		return invalidArg("nil RedisStore")
+	}
+	if s.err != nil {
+		return s.err
+	}
+	return checkResource(s.prefix, resource)
+}
+
+// Put implements Store in one round trip. Tokens above
+// MaxRedisStoreToken are refused with an error wrapping ErrInvalidToken.
+func (s *RedisStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
+	if err := s.check(resource); err != nil {
+		return err
+	}
+	if token == 0 || token > MaxRedisStoreToken {
+		return fmt.Errorf("%w: token %d for resource %q is outside 1..2^53-1", ErrInvalidToken, token, resource)
+	}
+	res, err := putScript.Run(ctx, s.client, []string{s.Key(resource)}, token.String(), value).Slice()
+	if err != nil {
+		return scriptErr("put", resource, err)
+	}
+	if len(res) == 1 {
+		if n, _ := res[0].(int64); n == 1 {
+			return nil
+		}
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("fencedlock: put %q: unexpected reply %v", resource, res)
+	}
+	s2, _ := res[1].(string)
+	current, err := ParseToken(s2)
+	if err != nil {
+		return fmt.Errorf("fencedlock: put %q: stored token: %w", resource, err)
+	}
+	// The script applied the rule; CheckToken builds the error it gives.
+	if err := CheckToken(resource, current, token); err != nil {
+		return err
+	}
+	return fmt.Errorf("fencedlock: put %q: script refused token %d against stored %d", resource, token, current)
+}
+
+// Get implements Store in one round trip.
+func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
+	if err := s.check(resource); err != nil {
+		return nil, 0, err
+	}
+	key := s.Key(resource)
+	res, err := s.client.HMGet(ctx, key, "t", "v").Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("fencedlock: get %q: %w", resource, err)
+	}
+	ts, ok := res[0].(string)
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %q", ErrNotFound, resource)
+	}
+	token, err := ParseToken(ts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: get %q: key %s holds token %q", ErrCorrupt, resource, key, ts)
+	}
+	v, _ := res[1].(string)
+	return []byte(v), token, nil
+}
