@@ -127,6 +127,9 @@ func (l *Locker) check(resource string) error {
 	if l.err != nil {
 		return l.err
 	}
+	if l.client == nil {
+		return invalidArg("Locker has no redis client: make it with New")
+	}
 	return checkResource(l.prefix, resource)
 }
 
@@ -182,7 +185,7 @@ func (l *Locker) attempt(ctx context.Context, resource, owner string, ms int64) 
 			releaseScript.Run(cctx, l.client, keys[:1], owner)
 			cancel()
 		}
-		return nil, 0, scriptErr("acquire", resource, err)
+		return nil, 0, scriptErr("acquire", resource, err, keys...)
 	}
 	if len(res) != 2 {
 		return nil, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", resource, res)
@@ -227,13 +230,13 @@ const (
 )
 
 // WithRetryDelay sets the bounds of the delay between Acquire's attempts
-// while the lock is held. The delay starts at min and doubles up to max,
+// while the lock is held. The delay starts at minDelay and doubles up to maxDelay,
 // each wait drawn at random from its upper half, and never waits longer
 // than the holder's remaining TTL. Defaults: DefaultMinRetryDelay and
-// DefaultMaxRetryDelay. A min below 1ms is raised to 1ms and a max below
-// min is raised to min.
-func WithRetryDelay(min, max time.Duration) AcquireOption {
-	return func(c *acquireConfig) { c.minDelay, c.maxDelay = min, max }
+// DefaultMaxRetryDelay. A minDelay below 1ms is raised to 1ms and a
+// maxDelay below minDelay is raised to minDelay.
+func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.minDelay, c.maxDelay = minDelay, maxDelay }
 }
 
 // Acquire locks resource for ttl, waiting while another owner holds it,
@@ -323,7 +326,7 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 	}
 	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, floor.String()).Err()
 	if err != nil {
-		return scriptErr("advance", resource, err)
+		return scriptErr("advance", resource, err, l.TokenKey(resource))
 	}
 	return nil
 }
@@ -370,7 +373,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	n, err := refreshScript.Run(ctx, k.locker.client, []string{k.key}, k.owner, ms).Int64()
 	if err != nil {
-		return scriptErr("refresh", k.resource, err)
+		return scriptErr("refresh", k.resource, err, k.key)
 	}
 	if n != 1 {
 		return k.lost()
@@ -389,7 +392,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
 	if err != nil {
-		return scriptErr("release", k.resource, err)
+		return scriptErr("release", k.resource, err, k.key)
 	}
 	if n != 1 {
 		return k.lost()
@@ -407,7 +410,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	ms, err := pttlScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
 	if err != nil {
-		return 0, scriptErr("ttl", k.resource, err)
+		return 0, scriptErr("ttl", k.resource, err, k.key)
 	}
 	if ms == -3 {
 		return 0, k.lost()

@@ -41,13 +41,19 @@ var (
 // a value the library did not write.
 const corruptTag = "FENCEDLOCK_CORRUPT "
 
-// scriptErr turns an error from a script run into the library's error.
-func scriptErr(op, resource string, err error) error {
+// scriptErr turns an error from a command or script into the library's
+// error: ErrCorrupt when a key of the library's holds what the library did
+// not write (a script's own check, or a key of the wrong Redis type).
+// keys are the keys the command touched, named in the error.
+func scriptErr(op, resource string, err error, keys ...string) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		if msg := rerr.Error(); strings.Contains(msg, corruptTag) {
-			_, detail, _ := strings.Cut(msg, corruptTag)
+		msg := rerr.Error()
+		if _, detail, ok := strings.Cut(msg, corruptTag); ok {
 			return fmt.Errorf("%w: %s %q: %s", ErrCorrupt, op, resource, detail)
+		}
+		if strings.Contains(msg, "WRONGTYPE") {
+			return fmt.Errorf("%w: %s %q: key %s holds a value of the wrong type: %w", ErrCorrupt, op, resource, strings.Join(keys, " or "), err)
 		}
 	}
 	return fmt.Errorf("fencedlock: %s %q: %w", op, resource, err)

@@ -134,6 +134,9 @@ func (s *RedisStore) check(resource string) error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.client == nil {
+		return invalidArg("RedisStore has no redis client: make it with NewRedisStore")
+	}
 	return checkResource(s.prefix, resource)
 }
 
@@ -148,7 +151,7 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 	}
 	res, err := putScript.Run(ctx, s.client, []string{s.Key(resource)}, token.String(), value).Slice()
 	if err != nil {
-		return scriptErr("put", resource, err)
+		return scriptErr("put", resource, err, s.Key(resource))
 	}
 	if len(res) == 1 {
 		if n, _ := res[0].(int64); n == 1 {
@@ -178,7 +181,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 	key := s.Key(resource)
 	res, err := s.client.HMGet(ctx, key, "t", "v").Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("fencedlock: get %q: %w", resource, err)
+		return nil, 0, scriptErr("get", resource, err, key)
 	}
 	ts, ok := res[0].(string)
 	if !ok {

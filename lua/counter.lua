@@ -4,16 +4,16 @@
 -- at most 2^63 - 2. Comparisons are done on digit strings, never on Lua
 -- numbers, which are doubles and exact only up to 2^53.
 
--- Strips leading zeros; returns nil unless s is all decimal digits.
+-- Returns s if it is a decimal integer as INCR reads one (digits, no
+-- leading zero but for "0" itself), nil otherwise.
 local function digits(s)
-  if type(s) ~= 'string' or not string.match(s, '^%d+$') then
+  if type(s) ~= 'string' then
     return nil
   end
-  s = string.gsub(s, '^0+', '')
-  if s == '' then
-    return '0'
+  if s == '0' or string.match(s, '^[1-9]%d*$') then
+    return s
   end
-  return s
+  return nil
 end
 
 -- Whether digit string a < digit string b (both without leading zeros).
@@ -25,9 +25,10 @@ local function less(a, b)
 end
 
 -- Returns the counter's value as a digit string, nil when the key is
--- missing, or raises an error reply when it holds anything else.
+-- missing, or an error reply (a table) when it holds anything else,
+-- including a value of another type.
 local function read_counter(key)
-  local raw = redis.call('GET', key)
+  local raw = redis.pcall('GET', key)
   if not raw then
     return nil
   end

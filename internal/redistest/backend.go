@@ -73,6 +73,7 @@ func (b *Backend) FlushAll(tb testing.TB) {
 func (b *Backend) Restart(tb testing.TB) {
 	tb.Helper()
 	if b.mini != nil {
+		b.mini.Close()
 		b.mini.FlushAll()
 		if err := b.mini.Restart(); err != nil {
 			tb.Fatal(err)
