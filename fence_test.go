@@ -1,0 +1,91 @@
+package fencedlock_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+func TestCheckToken(t *testing.T) {
+	tests := []struct {
+		name           string
+		current, token fencedlock.Token
+		wantStale      bool
+		wantInvalid    bool
+	}{
+		{name: "lower is stale", current: 10, token: 9, wantStale: true},
+		{name: "much lower is stale", current: math.MaxUint64, token: 1, wantStale: true},
+		{name: "equal passes", current: 10, token: 10},
+		{name: "higher passes", current: 10, token: 11},
+		{name: "no value yet passes", current: 0, token: 1},
+		{name: "max over max passes", current: math.MaxUint64, token: math.MaxUint64},
+		{name: "zero token is invalid", current: 0, token: 0, wantInvalid: true},
+		{name: "zero token against a value is invalid", current: 5, token: 0, wantInvalid: true},
+	}
+	for _, tc := range tests {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			err := fencedlock.CheckToken("res", tc.current, tc.token)
+			switch {
+			case tc.wantStale:
+				var se *fencedlock.StaleTokenError
+				require.True(t, errors.As(err, &se), "want *StaleTokenError, got %v", err)
+				assert.Equal(t, fencedlock.StaleTokenError{Resource: "res", Token: tc.token, Current: tc.current}, *se)
+				assert.ErrorIs(t, err, fencedlock.ErrStaleToken)
+				assert.NotErrorIs(t, err, fencedlock.ErrInvalidToken)
+			case tc.wantInvalid:
+				require.Error(t, err)
+				assert.ErrorIs(t, err, fencedlock.ErrInvalidToken)
+				assert.NotErrorIs(t, err, fencedlock.ErrStaleToken)
+				assert.Contains(t, err.Error(), `"res"`)
+			default:
+				assert.NoError(t, err)
+			}
+		})
+	}
+}
+
+func TestStaleTokenErrorMessage(t *testing.T) {
+	err := &fencedlock.StaleTokenError{Resource: "order-queue", Token: 1795969516343361, Current: 1795969516343362}
+	msg := err.Error()
+	assert.Contains(t, msg, `"order-queue"`)
+	assert.Contains(t, msg, "1795969516343361")
+	assert.Contains(t, msg, "1795969516343362")
+	assert.Contains(t, msg, "fencedlock:")
+}
+
+func TestStaleTokenErrorWrapping(t *testing.T) {
+	orig := fencedlock.CheckToken("r", 7, 3)
+	require.Error(t, orig)
+
+	wrapped := fmt.Errorf("saving order: %w", fmt.Errorf("put: %w", orig))
+	assert.ErrorIs(t, wrapped, fencedlock.ErrStaleToken)
+	assert.NotErrorIs(t, wrapped, fencedlock.ErrLockLost)
+	assert.NotErrorIs(t, wrapped, fencedlock.ErrNotAcquired)
+
+	var se *fencedlock.StaleTokenError
+	require.True(t, errors.As(wrapped, &se))
+	assert.Equal(t, "r", se.Resource)
+	assert.Equal(t, fencedlock.Token(3), se.Token)
+	assert.Equal(t, fencedlock.Token(7), se.Current)
+	assert.Contains(t, wrapped.Error(), se.Error())
+
+	joined := errors.Join(errors.New("other"), orig)
+	assert.ErrorIs(t, joined, fencedlock.ErrStaleToken)
+	require.True(t, errors.As(joined, &se))
+
+	// A StaleTokenError matches only ErrStaleToken, not other sentinels,
+	// and other errors do not match it.
+	for _, sentinel := range []error{fencedlock.ErrLockLost, fencedlock.ErrNotFound, fencedlock.ErrInvalidToken, fencedlock.ErrCorrupt, fencedlock.ErrInvalidArgument} {
+		assert.NotErrorIs(t, orig, sentinel)
+		assert.False(t, errors.As(sentinel, &se))
+	}
+	// A formatted copy of the message is not the error.
+	assert.NotErrorIs(t, errors.New(orig.Error()), fencedlock.ErrStaleToken)
+}

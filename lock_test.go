@@ -1,0 +1,1652 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// ltLongTTL is a TTL no test waits out: locks taken with it end by
+// Release, FastForward or a flush.
+const ltLongTTL = 30 * time.Second
+
+// ltCtx returns a context that bounds one test.
+func ltCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ltLocker returns a Locker whose keys are unique to b's test.
+func ltLocker(b *redistest.Backend) *fencedlock.Locker {
+	return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+}
+
+// ltRedisStore returns a RedisStore whose keys are unique to b's test.
+func ltRedisStore(b *redistest.Backend) *fencedlock.RedisStore {
+	return fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix))
+}
+
+type ltNamedStore struct {
+	name  string
+	store fencedlock.Store
+}
+
+// ltStores returns a fresh MemoryStore and a RedisStore on b.
+func ltStores(b *redistest.Backend) []ltNamedStore {
+	return []ltNamedStore{
+		{"MemoryStore", fencedlock.NewMemoryStore()},
+		{"RedisStore", ltRedisStore(b)},
+	}
+}
+
+// ltTryAcquire takes a lock that must be free.
+func ltTryAcquire(t *testing.T, ctx context.Context, l *fencedlock.Locker, resource string, ttl time.Duration) *fencedlock.Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(ctx, resource, ttl)
+	require.NoError(t, err, "TryAcquire %q", resource)
+	require.NotNil(t, lock)
+	require.NotZero(t, lock.Token())
+	require.Equal(t, resource, lock.Resource())
+	return lock
+}
+
+// ltGrant takes a free lock and releases it at once, returning its token.
+func ltGrant(t *testing.T, ctx context.Context, l *fencedlock.Locker, resource string) fencedlock.Token {
+	t.Helper()
+	lock := ltTryAcquire(t, ctx, l, resource, ltLongTTL)
+	require.NoError(t, lock.Release(ctx))
+	return lock.Token()
+}
+
+// ltExists reports whether key exists.
+func ltExists(t *testing.T, b *redistest.Backend, key string) bool {
+	t.Helper()
+	n, err := b.Client.Exists(context.Background(), key).Result()
+	require.NoError(t, err)
+	return n == 1
+}
+
+// ltGetKey returns the string at key ("" and false when missing).
+func ltGetKey(t *testing.T, b *redistest.Backend, key string) (string, bool) {
+	t.Helper()
+	v, err := b.Client.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false
+	}
+	require.NoError(t, err)
+	return v, true
+}
+
+// ltSnapshot describes key's type and content, to tell whether a call
+// changed it.
+func ltSnapshot(t *testing.T, b *redistest.Backend, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	typ, err := b.Client.Type(ctx, key).Result()
+	require.NoError(t, err)
+	var content any
+	switch typ {
+	case "string":
+		content, err = b.Client.Get(ctx, key).Result()
+	case "hash":
+		content, err = b.Client.HGetAll(ctx, key).Result()
+	case "list":
+		content, err = b.Client.LRange(ctx, key, 0, -1).Result()
+	}
+	require.NoError(t, err)
+	return fmt.Sprintf("%s %v", typ, content)
+}
+
+// ltKeys lists the keys of b's test.
+func ltKeys(t *testing.T, b *redistest.Backend) []string {
+	t.Helper()
+	keys, err := b.Client.Keys(context.Background(), b.Prefix+"*").Result()
+	require.NoError(t, err)
+	sort.Strings(keys)
+	return keys
+}
+
+// ltRequireStale checks that err is the store's refusal of token because
+// it holds current.
+func ltRequireStale(t *testing.T, err error, resource string, token, current fencedlock.Token) {
+	t.Helper()
+	require.Error(t, err, "a write with token %d must be refused: the store holds %d", token, current)
+	assert.ErrorIs(t, err, fencedlock.ErrStaleToken)
+	var se *fencedlock.StaleTokenError
+	require.True(t, errors.As(err, &se), "want *StaleTokenError, got %T: %v", err, err)
+	assert.Equal(t, resource, se.Resource)
+	assert.Equal(t, token, se.Token)
+	assert.Equal(t, current, se.Current)
+}
+
+// ltRequireValue checks what a store holds for resource.
+func ltRequireValue(t *testing.T, ctx context.Context, s fencedlock.Store, resource, value string, token fencedlock.Token) {
+	t.Helper()
+	v, tok, err := s.Get(ctx, resource)
+	require.NoError(t, err)
+	assert.Equal(t, value, string(v))
+	assert.Equal(t, token, tok)
+}
+
+// ltNoPanic runs fn and turns a panic into an error, so one bad method
+// fails its assertion instead of the whole test binary.
+func ltNoPanic(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return fn()
+}
+
+// ltNoLock turns the results of TryAcquire or Acquire that must have
+// failed into one error: a non-nil Lock is itself a failure.
+func ltNoLock(lock *fencedlock.Lock, err error) error {
+	if lock != nil {
+		return fmt.Errorf("got %v with token %d, want no lock (err %v)", lock, lock.Token(), err)
+	}
+	return err
+}
+
+// The scenario fencing exists for: holder A pauses past its TTL, B takes
+// over and writes, and A's late write, refresh and release all fail
+// without touching B's value or lock.
+func TestPausedHolderIsFenced(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const res = "order-queue"
+		stores := ltStores(b)
+
+		a := ltTryAcquire(t, ctx, l, res, 30*time.Second)
+		for _, s := range stores {
+			require.NoError(t, s.store.Put(ctx, res, a.Token(), []byte("A1")), s.name)
+		}
+
+		// A pauses past its TTL; B takes over.
+		b.FastForward(t, 31*time.Second)
+		bl := ltTryAcquire(t, ctx, l, res, 30*time.Second)
+		require.Greater(t, bl.Token(), a.Token(), "a new grant must carry a higher token")
+
+		for _, s := range stores {
+			s := s
+			t.Run(s.name, func(t *testing.T) {
+				require.NoError(t, s.store.Put(ctx, res, bl.Token(), []byte("B")))
+				// A resumes and writes with its old token.
+				err := s.store.Put(ctx, res, a.Token(), []byte("A2"))
+				ltRequireStale(t, err, res, a.Token(), bl.Token())
+				ltRequireValue(t, ctx, s.store, res, "B", bl.Token())
+			})
+		}
+
+		owner, ok := ltGetKey(t, b, l.LockKey(res))
+		require.True(t, ok, "B's lock key must exist")
+
+		assert.ErrorIs(t, a.Refresh(ctx, 30*time.Second), fencedlock.ErrLockLost)
+		assert.ErrorIs(t, a.Release(ctx), fencedlock.ErrLockLost)
+		_, err := a.TTL(ctx)
+		assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+
+		// B's lock is untouched.
+		after, ok := ltGetKey(t, b, l.LockKey(res))
+		require.True(t, ok, "A's late Release deleted B's lock")
+		assert.Equal(t, owner, after, "A's calls changed B's lock key")
+		ttl, err := bl.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0))
+		assert.LessOrEqual(t, ttl, 30*time.Second, "A's late Refresh extended B's lock")
+		_, err = l.TryAcquire(ctx, res, ltLongTTL)
+		assert.ErrorIs(t, err, fencedlock.ErrNotAcquired, "B's lock must still exclude others")
+		require.NoError(t, bl.Refresh(ctx, 30*time.Second))
+		require.NoError(t, bl.Release(ctx))
+		assert.False(t, ltExists(t, b, l.LockKey(res)))
+	})
+}
+
+// One holder writes many times with one token.
+func TestSameTokenWritesTwice(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		lock := ltTryAcquire(t, ctx, l, "r", ltLongTTL)
+		for _, s := range ltStores(b) {
+			s := s
+			t.Run(s.name, func(t *testing.T) {
+				require.NoError(t, s.store.Put(ctx, "r", lock.Token(), []byte("first")))
+				ltRequireValue(t, ctx, s.store, "r", "first", lock.Token())
+				require.NoError(t, s.store.Put(ctx, "r", lock.Token(), []byte("second")))
+				ltRequireValue(t, ctx, s.store, "r", "second", lock.Token())
+				// A higher token (the next holder) may write too.
+				require.NoError(t, s.store.Put(ctx, "r", lock.Token()+1, []byte("third")))
+				ltRequireValue(t, ctx, s.store, "r", "third", lock.Token()+1)
+				ltRequireStale(t, s.store.Put(ctx, "r", lock.Token(), []byte("late")), "r", lock.Token(), lock.Token()+1)
+			})
+		}
+	})
+}
+
+func TestGetMissingIsNotFound(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		for _, s := range ltStores(b) {
+			v, tok, err := s.store.Get(ctx, "nothing-here")
+			assert.ErrorIs(t, err, fencedlock.ErrNotFound, s.name)
+			assert.Nil(t, v, s.name)
+			assert.Zero(t, tok, s.name)
+		}
+	})
+}
+
+// Tokens rise across release, expiry and every way to lose the counter.
+func TestTokensRise(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("seeded from the server clock in microseconds", func(t *testing.T) {
+			before := time.Now().UnixMicro()
+			tok := ltGrant(t, ctx, l, "fresh")
+			after := time.Now().UnixMicro()
+			assert.GreaterOrEqual(t, uint64(tok), uint64(before)+1)
+			assert.LessOrEqual(t, uint64(tok), uint64(after)+1)
+		})
+
+		t.Run("release then acquire", func(t *testing.T) {
+			var prev fencedlock.Token
+			for i := 0; i < 5; i++ {
+				tok := ltGrant(t, ctx, l, "release")
+				require.Greater(t, tok, prev)
+				prev = tok
+			}
+		})
+
+		t.Run("refresh keeps the token", func(t *testing.T) {
+			lock := ltTryAcquire(t, ctx, l, "refresh", ltLongTTL)
+			tok := lock.Token()
+			require.NoError(t, lock.Refresh(ctx, ltLongTTL))
+			assert.Equal(t, tok, lock.Token())
+			require.NoError(t, lock.Release(ctx))
+			assert.Greater(t, ltGrant(t, ctx, l, "refresh"), tok)
+		})
+
+		t.Run("expiry then acquire", func(t *testing.T) {
+			first := ltTryAcquire(t, ctx, l, "expiry", time.Second)
+			_, err := l.TryAcquire(ctx, "expiry", time.Second)
+			require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			b.FastForward(t, 2*time.Second)
+			second := ltTryAcquire(t, ctx, l, "expiry", time.Second)
+			assert.Greater(t, second.Token(), first.Token())
+		})
+
+		losses := []struct {
+			name       string
+			lose       func(t *testing.T, resource string)
+			dropsLocks bool
+		}{
+			{"FLUSHALL", func(t *testing.T, _ string) { b.FlushAll(t) }, true},
+			{"restart without persistence", func(t *testing.T, _ string) { b.Restart(t) }, true},
+			{"counter key deleted", func(t *testing.T, resource string) {
+				require.NoError(t, b.Client.Del(ctx, l.TokenKey(resource)).Err())
+			}, false},
+		}
+		for _, loss := range losses {
+			loss := loss
+			t.Run(loss.name, func(t *testing.T) {
+				res := "lost-" + strings.ReplaceAll(loss.name, " ", "-")
+				var seen []fencedlock.Token
+				for i := 0; i < 3; i++ {
+					seen = append(seen, ltGrant(t, ctx, l, res))
+				}
+				held := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+				seen = append(seen, held.Token())
+				_, ok := ltGetKey(t, b, l.TokenKey(res))
+				require.True(t, ok)
+
+				if !loss.dropsLocks {
+					require.NoError(t, held.Release(ctx))
+				}
+				loss.lose(t, res)
+				_, ok = ltGetKey(t, b, l.TokenKey(res))
+				require.False(t, ok, "the counter must be gone")
+				if loss.dropsLocks {
+					assert.False(t, ltExists(t, b, l.LockKey(res)), "the lock must be gone")
+					// The old holder lost its lock with the counter.
+					assert.ErrorIs(t, held.Release(ctx), fencedlock.ErrLockLost)
+				}
+
+				for i := 0; i < 3; i++ {
+					tok := ltGrant(t, ctx, l, res)
+					for _, old := range seen {
+						require.Greater(t, tok, old, "token after the loss repeats or undercuts an earlier one")
+					}
+					seen = append(seen, tok)
+				}
+			})
+		}
+	})
+}
+
+// Advance raises the counter, never lowers it, and gets a holder past a
+// store that is ahead of the counter.
+func TestAdvance(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("raises the counter past the floor", func(t *testing.T) {
+			tok := ltGrant(t, ctx, l, "up")
+			floor := tok + 1_000_000
+			require.NoError(t, l.Advance(ctx, "up", floor))
+			next := ltGrant(t, ctx, l, "up")
+			assert.Greater(t, next, floor)
+			assert.Greater(t, ltGrant(t, ctx, l, "up"), next)
+		})
+
+		t.Run("below or at the counter changes nothing", func(t *testing.T) {
+			tok := ltGrant(t, ctx, l, "below")
+			for _, floor := range []fencedlock.Token{1, tok - 1000, tok - 1, tok} {
+				require.NoError(t, l.Advance(ctx, "below", floor))
+				c, _ := ltGetKey(t, b, l.TokenKey("below"))
+				assert.Equal(t, tok.String(), c, "Advance(%d) changed the counter", floor)
+			}
+			assert.Equal(t, tok+1, ltGrant(t, ctx, l, "below"))
+		})
+
+		t.Run("on a missing counter with a low floor seeds from the clock", func(t *testing.T) {
+			before := time.Now().UnixMicro()
+			require.NoError(t, l.Advance(ctx, "missing-low", 5))
+			tok := ltGrant(t, ctx, l, "missing-low")
+			assert.Greater(t, uint64(tok), uint64(before))
+		})
+
+		t.Run("on a missing counter with a high floor", func(t *testing.T) {
+			// Above 2^53, where Lua numbers are not exact: every digit counts.
+			floor := fencedlock.Token(1<<62 + 12345)
+			require.NoError(t, l.Advance(ctx, "missing-high", floor))
+			assert.Equal(t, floor+1, ltGrant(t, ctx, l, "missing-high"))
+			assert.Equal(t, floor+2, ltGrant(t, ctx, l, "missing-high"))
+		})
+
+		t.Run("up to the highest floor", func(t *testing.T) {
+			const maxFloor = fencedlock.Token(math.MaxInt64 - 1)
+			require.NoError(t, l.Advance(ctx, "top", maxFloor))
+			assert.Equal(t, fencedlock.Token(math.MaxInt64), ltGrant(t, ctx, l, "top"))
+			// The counter cannot rise further: refused, and no lock is left.
+			_, err := l.TryAcquire(ctx, "top", ltLongTTL)
+			assert.ErrorIs(t, err, fencedlock.ErrCorrupt)
+			assert.False(t, ltExists(t, b, l.LockKey("top")))
+		})
+
+		t.Run("floor out of range is refused and changes nothing", func(t *testing.T) {
+			tok := ltGrant(t, ctx, l, "range")
+			for _, floor := range []fencedlock.Token{0, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
+				err := l.Advance(ctx, "range", floor)
+				assert.ErrorIs(t, err, fencedlock.ErrInvalidToken, "floor %d", floor)
+				if err != nil {
+					assert.Contains(t, err.Error(), "floor")
+				}
+				c, _ := ltGetKey(t, b, l.TokenKey("range"))
+				assert.Equal(t, tok.String(), c, "Advance(%d) changed the counter", floor)
+			}
+			err := l.Advance(ctx, "range-missing", 0)
+			assert.ErrorIs(t, err, fencedlock.ErrInvalidToken)
+			assert.False(t, ltExists(t, b, l.TokenKey("range-missing")))
+		})
+
+		// The recovery flow: a store holds a token above the counter (the
+		// counter was lost and the Redis clock is behind the store).
+		for _, s := range ltStores(b) {
+			s := s
+			t.Run("recovery via "+s.name, func(t *testing.T) {
+				res := "recover-" + s.name
+				lock := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+				ahead := lock.Token() + 1_000_000_000
+				require.NoError(t, s.store.Put(ctx, res, ahead, []byte("from the future")))
+
+				err := s.store.Put(ctx, res, lock.Token(), []byte("mine"))
+				ltRequireStale(t, err, res, lock.Token(), ahead)
+				var se *fencedlock.StaleTokenError
+				require.True(t, errors.As(err, &se))
+
+				require.NoError(t, lock.Release(ctx))
+				require.NoError(t, l.Advance(ctx, res, se.Current))
+				again := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+				require.Greater(t, again.Token(), se.Current)
+				require.NoError(t, s.store.Put(ctx, res, again.Token(), []byte("mine")))
+				ltRequireValue(t, ctx, s.store, res, "mine", again.Token())
+				require.NoError(t, again.Release(ctx))
+			})
+		}
+	})
+}
+
+// Many goroutines racing for one resource: one holder at a time, and
+// never one token twice.
+func TestConcurrentAcquireExcludesAndNeverRepeatsTokens(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const goroutines, res = 16, "contended"
+		rounds := 25
+		if !b.Real {
+			// miniredis runs each script through an interpreter under one
+			// lock, about 1ms a call under -race: fewer rounds keep it fast.
+			rounds = 8
+		}
+
+		var (
+			inside     atomic.Int32
+			overlaps   atomic.Int32
+			mu         sync.Mutex
+			order      []fencedlock.Token // in the order of the critical sections
+			lastInside fencedlock.Token
+			regressed  []string
+		)
+		var wg sync.WaitGroup
+		for g := 0; g < goroutines; g++ {
+			g := g
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					var lock *fencedlock.Lock
+					var err error
+					if (g+i)%2 == 0 {
+						lock, err = l.Acquire(ctx, res, ltLongTTL, fencedlock.WithRetryDelay(2*time.Millisecond, 8*time.Millisecond))
+					} else {
+						for {
+							lock, err = l.TryAcquire(ctx, res, ltLongTTL)
+							if !errors.Is(err, fencedlock.ErrNotAcquired) || ctx.Err() != nil {
+								break
+							}
+							time.Sleep(2 * time.Millisecond)
+						}
+					}
+					if err != nil {
+						t.Errorf("goroutine %d round %d: %v", g, i, err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					mu.Lock()
+					if lock.Token() <= lastInside {
+						regressed = append(regressed, fmt.Sprintf("%d after %d", lock.Token(), lastInside))
+					}
+					lastInside = lock.Token()
+					order = append(order, lock.Token())
+					mu.Unlock()
+					time.Sleep(100 * time.Microsecond)
+					inside.Add(-1)
+					if err := lock.Release(ctx); err != nil {
+						t.Errorf("goroutine %d round %d release: %v", g, i, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+
+		assert.Zero(t, overlaps.Load(), "two holders inside the critical section at once")
+		assert.Empty(t, regressed, "tokens must rise from one holder to the next")
+		require.Len(t, order, goroutines*rounds)
+		seen := make(map[fencedlock.Token]bool, len(order))
+		for _, tok := range order {
+			require.NotZero(t, tok)
+			require.False(t, seen[tok], "token %d granted twice", tok)
+			seen[tok] = true
+		}
+	})
+}
+
+type ltAcquireResult struct {
+	lock *fencedlock.Lock
+	err  error
+	at   time.Time
+}
+
+// ltAcquireAsync runs Acquire in a goroutine.
+func ltAcquireAsync(ctx context.Context, l *fencedlock.Locker, resource string) <-chan ltAcquireResult {
+	done := make(chan ltAcquireResult, 1)
+	go func() {
+		lock, err := l.Acquire(ctx, resource, ltLongTTL, fencedlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+		done <- ltAcquireResult{lock, err, time.Now()}
+	}()
+	return done
+}
+
+// ltRequireStillWaiting checks that an Acquire has not returned.
+func ltRequireStillWaiting(t *testing.T, done <-chan ltAcquireResult) {
+	t.Helper()
+	select {
+	case r := <-done:
+		t.Fatalf("Acquire returned while the lock was held: %v, %v", r.lock, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// ltAwait waits for an Acquire that must succeed.
+func ltAwait(t *testing.T, done <-chan ltAcquireResult) *fencedlock.Lock {
+	t.Helper()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.NotNil(t, r.lock)
+		return r.lock
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return once the lock was free")
+		return nil
+	}
+}
+
+// Acquire waits while the lock is held, and no longer than its context.
+func TestAcquireWaits(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("until the holder releases", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "release", ltLongTTL)
+			done := ltAcquireAsync(ctx, l, "release")
+			ltRequireStillWaiting(t, done)
+			require.NoError(t, holder.Release(ctx))
+			next := ltAwait(t, done)
+			assert.Greater(t, next.Token(), holder.Token())
+			require.NoError(t, next.Release(ctx))
+		})
+
+		t.Run("until the holder expires", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "expire", ltLongTTL)
+			done := ltAcquireAsync(ctx, l, "expire")
+			ltRequireStillWaiting(t, done)
+			b.FastForward(t, ltLongTTL+time.Second)
+			next := ltAwait(t, done)
+			assert.Greater(t, next.Token(), holder.Token())
+			assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
+			require.NoError(t, next.Release(ctx))
+		})
+
+		t.Run("until the deadline", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "deadline", ltLongTTL)
+			owner, _ := ltGetKey(t, b, l.LockKey("deadline"))
+			start := time.Now()
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+			defer cancel()
+			lock, err := l.Acquire(dctx, "deadline", ltLongTTL)
+			assert.Nil(t, lock)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
+			after, _ := ltGetKey(t, b, l.LockKey("deadline"))
+			assert.Equal(t, owner, after)
+			require.NoError(t, holder.Release(ctx))
+		})
+
+		t.Run("until cancelled", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "cancel", ltLongTTL)
+			cctx, cancel := context.WithCancel(ctx)
+			timer := time.AfterFunc(30*time.Millisecond, cancel)
+			defer timer.Stop()
+			lock, err := l.Acquire(cctx, "cancel", ltLongTTL)
+			assert.Nil(t, lock)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			assert.ErrorIs(t, err, context.Canceled)
+			require.NoError(t, holder.Release(ctx))
+		})
+
+		t.Run("not at all with a done context", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			lock, err := l.Acquire(cctx, "done", ltLongTTL)
+			assert.Nil(t, lock)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.False(t, ltExists(t, b, l.LockKey("done")), "Acquire on a done context left a lock")
+		})
+
+		t.Run("TryAcquire does not wait", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "try", ltLongTTL)
+			lock, err := l.TryAcquire(ctx, "try", ltLongTTL)
+			assert.Nil(t, lock)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			assert.Contains(t, err.Error(), `"try"`)
+			require.NoError(t, holder.Release(ctx))
+		})
+	})
+}
+
+// The one test that waits for a real expiry, on real Redis only
+// (miniredis never expires keys on its own).
+func TestAcquireAfterRealExpiry(t *testing.T) {
+	b := redistest.Real(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	l := ltLocker(b)
+	start := time.Now()
+	holder := ltTryAcquire(t, ctx, l, "real-expiry", 50*time.Millisecond)
+	next, err := l.Acquire(ctx, "real-expiry", ltLongTTL)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), 45*time.Millisecond, "acquired before the holder's TTL ran out")
+	assert.Greater(t, next.Token(), holder.Token())
+	assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
+	require.NoError(t, next.Release(ctx))
+}
+
+// Bad input gets an error naming the problem, never a panic or a token,
+// and writes nothing.
+func TestBadInput(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		rs := ltRedisStore(b)
+		ms := fencedlock.NewMemoryStore()
+		lock := ltTryAcquire(t, ctx, l, "held", ltLongTTL)
+		keysBefore := ltKeys(t, b)
+
+		type call struct {
+			name    string
+			fn      func() error
+			want    error
+			mention string
+		}
+		calls := []call{
+			{"TryAcquire empty resource", func() error { return ltNoLock(l.TryAcquire(ctx, "", ltLongTTL)) }, fencedlock.ErrInvalidArgument, "resource"},
+			{"Acquire empty resource", func() error { return ltNoLock(l.Acquire(ctx, "", ltLongTTL)) }, fencedlock.ErrInvalidArgument, "resource"},
+			{"Advance empty resource", func() error { return l.Advance(ctx, "", 5) }, fencedlock.ErrInvalidArgument, "resource"},
+			{"RedisStore.Put empty resource", func() error { return rs.Put(ctx, "", 5, []byte("v")) }, fencedlock.ErrInvalidArgument, "resource"},
+			{"RedisStore.Get empty resource", func() error { _, _, err := rs.Get(ctx, ""); return err }, fencedlock.ErrInvalidArgument, "resource"},
+			{"MemoryStore.Put empty resource", func() error { return ms.Put(ctx, "", 5, []byte("v")) }, fencedlock.ErrInvalidArgument, "resource"},
+			{"MemoryStore.Get empty resource", func() error { _, _, err := ms.Get(ctx, ""); return err }, fencedlock.ErrInvalidArgument, "resource"},
+
+			{"TryAcquire empty hash tag", func() error { return ltNoLock(l.TryAcquire(ctx, "}x", ltLongTTL)) }, fencedlock.ErrInvalidArgument, "hash tag"},
+			{"Acquire empty hash tag", func() error { return ltNoLock(l.Acquire(ctx, "}", ltLongTTL)) }, fencedlock.ErrInvalidArgument, "hash tag"},
+			{"Advance empty hash tag", func() error { return l.Advance(ctx, "}x", 5) }, fencedlock.ErrInvalidArgument, "hash tag"},
+			{"RedisStore.Put empty hash tag", func() error { return rs.Put(ctx, "}x", 5, []byte("v")) }, fencedlock.ErrInvalidArgument, "hash tag"},
+			{"RedisStore.Get empty hash tag", func() error { _, _, err := rs.Get(ctx, "}x"); return err }, fencedlock.ErrInvalidArgument, "hash tag"},
+
+			{"RedisStore.Put zero token", func() error { return rs.Put(ctx, "r", 0, []byte("v")) }, fencedlock.ErrInvalidToken, "token"},
+			{"MemoryStore.Put zero token", func() error { return ms.Put(ctx, "r", 0, []byte("v")) }, fencedlock.ErrInvalidToken, "token"},
+			{"RedisStore.Put token above MaxRedisStoreToken", func() error {
+				return rs.Put(ctx, "r", fencedlock.MaxRedisStoreToken+1, []byte("v"))
+			}, fencedlock.ErrInvalidToken, "token"},
+			{"RedisStore.Put max uint64 token", func() error { return rs.Put(ctx, "r", math.MaxUint64, []byte("v")) }, fencedlock.ErrInvalidToken, "token"},
+		}
+		for _, ttl := range []time.Duration{0, -time.Second, 999 * time.Microsecond, math.MinInt64} {
+			ttl := ttl
+			calls = append(calls,
+				call{fmt.Sprintf("TryAcquire ttl %v", ttl), func() error { return ltNoLock(l.TryAcquire(ctx, "r", ttl)) }, fencedlock.ErrInvalidArgument, "ttl"},
+				call{fmt.Sprintf("Acquire ttl %v", ttl), func() error { return ltNoLock(l.Acquire(ctx, "r", ttl)) }, fencedlock.ErrInvalidArgument, "ttl"},
+				call{fmt.Sprintf("Refresh ttl %v", ttl), func() error { return lock.Refresh(ctx, ttl) }, fencedlock.ErrInvalidArgument, "ttl"},
+			)
+		}
+		for _, c := range calls {
+			c := c
+			t.Run(c.name, func(t *testing.T) {
+				err := ltNoPanic(c.fn)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, c.want)
+				assert.Contains(t, err.Error(), c.mention)
+			})
+		}
+
+		// Nothing was written, and the held lock kept its TTL.
+		assert.Equal(t, keysBefore, ltKeys(t, b))
+		ttl, err := lock.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, ltLongTTL-5*time.Second, "a refused Refresh changed the TTL")
+		for _, s := range []fencedlock.Store{rs, ms} {
+			_, _, err := s.Get(ctx, "r")
+			assert.ErrorIs(t, err, fencedlock.ErrNotFound, "a refused Put wrote")
+		}
+
+		// The largest token a RedisStore takes is compared exactly.
+		require.NoError(t, rs.Put(ctx, "max", fencedlock.MaxRedisStoreToken, []byte("top")))
+		ltRequireStale(t, rs.Put(ctx, "max", fencedlock.MaxRedisStoreToken-1, []byte("under")), "max", fencedlock.MaxRedisStoreToken-1, fencedlock.MaxRedisStoreToken)
+		ltRequireValue(t, ctx, rs, "max", "top", fencedlock.MaxRedisStoreToken)
+
+		// Nil options are ignored.
+		nl := fencedlock.New(b.Client, nil, fencedlock.WithPrefix(b.Prefix), nil)
+		got, err := nl.Acquire(ctx, "nil-opts", ltLongTTL, nil)
+		require.NoError(t, err)
+		require.NoError(t, got.Release(ctx))
+		ns := fencedlock.NewRedisStore(b.Client, nil, fencedlock.WithStorePrefix(b.Prefix))
+		assert.Equal(t, rs.Key("x"), ns.Key("x"))
+	})
+}
+
+func TestNilClient(t *testing.T) {
+	ctx := ltCtx(t)
+	clients := []struct {
+		name   string
+		client redis.UniversalClient
+	}{
+		{"nil interface", nil},
+		{"typed nil *redis.Client", (*redis.Client)(nil)},
+		{"typed nil *redis.ClusterClient", (*redis.ClusterClient)(nil)},
+	}
+	for _, c := range clients {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			var l *fencedlock.Locker
+			var s *fencedlock.RedisStore
+			require.NoError(t, ltNoPanic(func() error {
+				l = fencedlock.New(c.client)
+				s = fencedlock.NewRedisStore(c.client)
+				return nil
+			}))
+			require.NotNil(t, l)
+			require.NotNil(t, s)
+			ltRequireAllRefuse(t, ctx, l, s, fencedlock.ErrInvalidArgument, "nil")
+		})
+	}
+	t.Run("nil Locker and RedisStore", func(t *testing.T) {
+		ltRequireAllRefuse(t, ctx, nil, nil, fencedlock.ErrInvalidArgument, "nil")
+	})
+}
+
+// A Locker{} or RedisStore{} built without New has no client. Its methods
+// must refuse, as those of a New(nil) do, instead of panicking.
+func TestZeroLockerAndRedisStore(t *testing.T) {
+	ltRequireAllRefuse(t, ltCtx(t), &fencedlock.Locker{}, &fencedlock.RedisStore{}, fencedlock.ErrInvalidArgument, "")
+}
+
+// ltRequireAllRefuse checks that every method of l and s fails with want.
+func ltRequireAllRefuse(t *testing.T, ctx context.Context, l *fencedlock.Locker, s *fencedlock.RedisStore, want error, mention string) {
+	t.Helper()
+	calls := map[string]func() error{
+		"TryAcquire": func() error { return ltNoLock(l.TryAcquire(ctx, "r", ltLongTTL)) },
+		"Acquire":    func() error { return ltNoLock(l.Acquire(ctx, "r", ltLongTTL)) },
+		"Advance":    func() error { return l.Advance(ctx, "r", 5) },
+		"Put":        func() error { return s.Put(ctx, "r", 5, []byte("v")) },
+		"Get": func() error {
+			v, tok, err := s.Get(ctx, "r")
+			if v != nil || tok != 0 {
+				return fmt.Errorf("Get returned %q, %d", v, tok)
+			}
+			return err
+		},
+	}
+	names := make([]string, 0, len(calls))
+	for name := range calls {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		err := ltNoPanic(calls[name])
+		if assert.Error(t, err, name) {
+			assert.ErrorIs(t, err, want, name)
+			assert.Contains(t, err.Error(), mention, name)
+		}
+	}
+}
+
+func TestNilAndZeroLock(t *testing.T) {
+	ctx := ltCtx(t)
+	for name, lock := range map[string]*fencedlock.Lock{"nil": nil, "zero": {}} {
+		lock := lock
+		t.Run(name, func(t *testing.T) {
+			for op, fn := range map[string]func() error{
+				"Refresh": func() error { return lock.Refresh(ctx, ltLongTTL) },
+				"Release": func() error { return lock.Release(ctx) },
+				"TTL": func() error {
+					d, err := lock.TTL(ctx)
+					if d != 0 {
+						return fmt.Errorf("TTL %v", d)
+					}
+					return err
+				},
+			} {
+				err := ltNoPanic(fn)
+				if assert.Error(t, err, op) {
+					assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, op)
+				}
+			}
+			require.NoError(t, ltNoPanic(func() error {
+				assert.Zero(t, lock.Token())
+				assert.Empty(t, lock.Resource())
+				assert.NotEmpty(t, lock.String())
+				return nil
+			}))
+		})
+	}
+}
+
+// A token counter holding what the library did not write is reported,
+// and nothing is written: no lock is left behind.
+func TestCorruptCounter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		tests := []struct {
+			name string
+			set  func(key string) error
+		}{
+			{"letters", func(k string) error { return b.Client.Set(ctx, k, "abc", 0).Err() }},
+			{"negative", func(k string) error { return b.Client.Set(ctx, k, "-5", 0).Err() }},
+			{"fraction", func(k string) error { return b.Client.Set(ctx, k, "1.5", 0).Err() }},
+			{"empty string", func(k string) error { return b.Client.Set(ctx, k, "", 0).Err() }},
+			{"space", func(k string) error { return b.Client.Set(ctx, k, " 5", 0).Err() }},
+			{"2^63-1 cannot be incremented", func(k string) error { return b.Client.Set(ctx, k, "9223372036854775807", 0).Err() }},
+			{"beyond int64", func(k string) error { return b.Client.Set(ctx, k, "99999999999999999999", 0).Err() }},
+			{"hash type", func(k string) error { return b.Client.HSet(ctx, k, "f", "1").Err() }},
+			{"list type", func(k string) error { return b.Client.RPush(ctx, k, "1").Err() }},
+		}
+		for _, tc := range tests {
+			tc := tc
+			t.Run(tc.name, func(t *testing.T) {
+				res := "corrupt-" + strings.ReplaceAll(tc.name, " ", "-")
+				counter := l.TokenKey(res)
+				require.NoError(t, tc.set(counter))
+				before := ltSnapshot(t, b, counter)
+
+				for op, fn := range map[string]func() error{
+					"TryAcquire": func() error { return ltNoLock(l.TryAcquire(ctx, res, ltLongTTL)) },
+					"Acquire": func() error {
+						actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+						defer cancel()
+						return ltNoLock(l.Acquire(actx, res, ltLongTTL))
+					},
+					"Advance": func() error { return l.Advance(ctx, res, 5) },
+				} {
+					err := ltNoPanic(fn)
+					if assert.Error(t, err, op) {
+						assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "%s: %v", op, err)
+						assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited on a corrupt counter", op)
+						assert.Contains(t, err.Error(), res, op)
+					}
+					assert.False(t, ltExists(t, b, l.LockKey(res)), "%s left a lock behind", op)
+					assert.Equal(t, before, ltSnapshot(t, b, counter), "%s changed the counter", op)
+				}
+			})
+		}
+	})
+}
+
+// A counter with leading zeros: real Redis's INCR refuses it, miniredis's
+// takes it. Either outcome of TryAcquire is fine, a token above the
+// counter or ErrCorrupt, as long as a failure leaves no lock behind.
+func TestCounterWithLeadingZeros(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const res = "zeros"
+		require.NoError(t, b.Client.Set(ctx, l.TokenKey(res), "007", 0).Err())
+		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+		if err == nil {
+			assert.Equal(t, fencedlock.Token(8), lock.Token())
+			require.NoError(t, lock.Release(ctx))
+			return
+		}
+		assert.Nil(t, lock)
+		assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "error: %v", err)
+		assert.False(t, ltExists(t, b, l.LockKey(res)), "a failed TryAcquire left a lock behind (err %v)", err)
+	})
+}
+
+// A RedisStore value key holding a token the library did not write is
+// reported, and left as it is.
+func TestCorruptRedisStoreValue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		s := ltRedisStore(b)
+		tests := []struct {
+			name       string
+			set        func(key string) error
+			getCorrupt bool // Get must report it too
+		}{
+			{"letters", func(k string) error { return b.Client.HSet(ctx, k, "t", "abc", "v", "old").Err() }, true},
+			{"negative", func(k string) error { return b.Client.HSet(ctx, k, "t", "-1", "v", "old").Err() }, true},
+			{"fraction", func(k string) error { return b.Client.HSet(ctx, k, "t", "1.5", "v", "old").Err() }, true},
+			{"exponent", func(k string) error { return b.Client.HSet(ctx, k, "t", "1e3", "v", "old").Err() }, true},
+			{"hex", func(k string) error { return b.Client.HSet(ctx, k, "t", "0x10", "v", "old").Err() }, true},
+			{"empty", func(k string) error { return b.Client.HSet(ctx, k, "t", "", "v", "old").Err() }, true},
+			{"2^53", func(k string) error { return b.Client.HSet(ctx, k, "t", "9007199254740992", "v", "old").Err() }, false},
+			{"string type", func(k string) error { return b.Client.Set(ctx, k, "old", 0).Err() }, true},
+		}
+		for _, tc := range tests {
+			tc := tc
+			t.Run(tc.name, func(t *testing.T) {
+				res := "corrupt-" + strings.ReplaceAll(tc.name, " ", "-")
+				key := s.Key(res)
+				require.NoError(t, tc.set(key))
+				before := ltSnapshot(t, b, key)
+
+				err := ltNoPanic(func() error { return s.Put(ctx, res, 5, []byte("new")) })
+				if assert.Error(t, err) {
+					assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "Put: %v", err)
+					assert.Contains(t, err.Error(), key)
+				}
+				assert.Equal(t, before, ltSnapshot(t, b, key), "Put changed a corrupt value key")
+
+				if tc.getCorrupt {
+					var v []byte
+					var tok fencedlock.Token
+					err := ltNoPanic(func() (err error) { v, tok, err = s.Get(ctx, res); return err })
+					assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "Get: %v", err)
+					assert.Nil(t, v)
+					assert.Zero(t, tok)
+				}
+			})
+		}
+	})
+}
+
+func TestKeyNames(t *testing.T) {
+	// New and NewRedisStore do not contact Redis: nothing listens here.
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c)
+	assert.Equal(t, fencedlock.DefaultPrefix+":{r}:lock", l.LockKey("r"))
+	assert.Equal(t, fencedlock.DefaultPrefix+":{r}:token", l.TokenKey("r"))
+	s := fencedlock.NewRedisStore(c)
+	assert.Equal(t, fencedlock.DefaultPrefix+":{r}:value", s.Key("r"))
+
+	p := fencedlock.New(nil, fencedlock.WithPrefix("app"))
+	assert.Equal(t, "app:{a b}:lock", p.LockKey("a b"))
+}
+
+func TestEmptyPrefix(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		res := b.Prefix + "-noprefix" // unique on the shared server
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(""))
+		s := fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(""))
+		require.Equal(t, "{"+res+"}:lock", l.LockKey(res))
+		require.Equal(t, "{"+res+"}:token", l.TokenKey(res))
+		require.Equal(t, "{"+res+"}:value", s.Key(res))
+		t.Cleanup(func() { b.Client.Del(context.Background(), l.LockKey(res), l.TokenKey(res), s.Key(res)) })
+
+		lock := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+		assert.True(t, ltExists(t, b, l.LockKey(res)))
+		assert.True(t, ltExists(t, b, l.TokenKey(res)))
+		require.NoError(t, s.Put(ctx, res, lock.Token(), []byte("v")))
+		assert.True(t, ltExists(t, b, s.Key(res)))
+		ltRequireValue(t, ctx, s, res, "v", lock.Token())
+		require.NoError(t, l.Advance(ctx, res, lock.Token()+10))
+		require.NoError(t, lock.Release(ctx))
+		assert.False(t, ltExists(t, b, l.LockKey(res)))
+		assert.Greater(t, ltGrant(t, ctx, l, res), lock.Token()+10)
+
+		_, err := l.TryAcquire(ctx, "}"+res, ltLongTTL)
+		assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+	})
+}
+
+// Refresh, TTL and Release act only on the lock they hold.
+func TestRefreshTTLRelease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("Refresh sets the TTL and keeps the token", func(t *testing.T) {
+			lock := ltTryAcquire(t, ctx, l, "refresh", 10*time.Second)
+			tok := lock.Token()
+			b.FastForward(t, 5*time.Second)
+			ttl, err := lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 5*time.Second)
+			assert.Greater(t, ttl, 4*time.Second)
+
+			require.NoError(t, lock.Refresh(ctx, 20*time.Second))
+			ttl, err = lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 20*time.Second)
+			assert.Greater(t, ttl, 19*time.Second)
+			assert.Equal(t, tok, lock.Token())
+
+			// The refreshed lock outlives its first TTL.
+			b.FastForward(t, 10*time.Second)
+			_, err = l.TryAcquire(ctx, "refresh", time.Second)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+
+			// Refresh may shorten the TTL too.
+			require.NoError(t, lock.Refresh(ctx, 2*time.Second))
+			ttl, err = lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 2*time.Second)
+			require.NoError(t, lock.Release(ctx))
+		})
+
+		t.Run("expired lock is lost", func(t *testing.T) {
+			lock := ltTryAcquire(t, ctx, l, "expired", 10*time.Second)
+			b.FastForward(t, 11*time.Second)
+			_, err := lock.TTL(ctx)
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+			assert.Contains(t, err.Error(), `"expired"`)
+			assert.ErrorIs(t, lock.Refresh(ctx, ltLongTTL), fencedlock.ErrLockLost)
+			assert.False(t, ltExists(t, b, l.LockKey("expired")), "Refresh of a lost lock recreated it")
+			assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
+		})
+
+		t.Run("Release twice", func(t *testing.T) {
+			lock := ltTryAcquire(t, ctx, l, "twice", ltLongTTL)
+			require.NoError(t, lock.Release(ctx))
+			assert.False(t, ltExists(t, b, l.LockKey("twice")))
+			assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
+			_, err := lock.TTL(ctx)
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+		})
+
+		t.Run("late Release and Refresh leave the new owner's lock", func(t *testing.T) {
+			old := ltTryAcquire(t, ctx, l, "takeover", 10*time.Second)
+			b.FastForward(t, 11*time.Second)
+			cur := ltTryAcquire(t, ctx, l, "takeover", 10*time.Second)
+			owner, _ := ltGetKey(t, b, l.LockKey("takeover"))
+
+			assert.ErrorIs(t, old.Release(ctx), fencedlock.ErrLockLost)
+			assert.ErrorIs(t, old.Refresh(ctx, time.Hour), fencedlock.ErrLockLost)
+			after, ok := ltGetKey(t, b, l.LockKey("takeover"))
+			require.True(t, ok, "a late Release deleted the new owner's lock")
+			assert.Equal(t, owner, after)
+			ttl, err := cur.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 10*time.Second, "a late Refresh extended the new owner's lock")
+			require.NoError(t, cur.Release(ctx))
+		})
+
+		t.Run("String shows resource and token, not the owner", func(t *testing.T) {
+			lock := ltTryAcquire(t, ctx, l, "str", ltLongTTL)
+			owner, _ := ltGetKey(t, b, l.LockKey("str"))
+			require.NotEmpty(t, owner)
+			s := lock.String()
+			assert.Contains(t, s, `"str"`)
+			assert.Contains(t, s, lock.Token().String())
+			assert.NotContains(t, s, owner)
+			require.NoError(t, lock.Release(ctx))
+		})
+	})
+}
+
+// errLtLostReply stands for a reply lost on the network.
+var errLtLostReply = errors.New("lt: reply lost in transit")
+
+// ltLoseReplyHook lets an acquire script run in Redis and then loses its
+// reply, once per arm call: with errLtLostReply, or by cancelling the
+// caller's context and returning its error.
+type ltLoseReplyHook struct {
+	mu       sync.Mutex
+	tokenKey string             // the acquire script is the one that names it
+	armed    bool               // guarded by mu
+	cancel   context.CancelFunc // guarded by mu; nil: return errLtLostReply
+	lost     int                // guarded by mu
+}
+
+func (h *ltLoseReplyHook) arm(cancel context.CancelFunc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed, h.cancel = true, cancel
+}
+
+// lostCount returns how many replies the hook has lost.
+func (h *ltLoseReplyHook) lostCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
+}
+
+func (h *ltLoseReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ltLoseReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ltLoseReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil || !h.isAcquire(cmd) {
+			return err
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.armed {
+			return nil
+		}
+		h.armed = false
+		h.lost++
+		err = errLtLostReply
+		if h.cancel != nil {
+			h.cancel()
+			err = ctx.Err()
+		}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+func (h *ltLoseReplyHook) isAcquire(cmd redis.Cmder) bool {
+	name := strings.ToLower(cmd.Name())
+	if name != "eval" && name != "evalsha" {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && s == h.tokenKey {
+			return true
+		}
+	}
+	return false
+}
+
+// A grant whose reply is lost is freed, and only that grant.
+func TestLostReplyLeavesNoLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("context cancelled before the call", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			lock, err := l.TryAcquire(cctx, "early", ltLongTTL)
+			assert.Nil(t, lock)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.False(t, ltExists(t, b, l.LockKey("early")), "TryAcquire on a cancelled context left a lock")
+			ltGrant(t, ctx, l, "early")
+		})
+
+		newClient := func(t *testing.T, resource string) (*fencedlock.Locker, *ltLoseReplyHook) {
+			t.Helper()
+			c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+			t.Cleanup(func() { c.Close() })
+			h := &ltLoseReplyHook{tokenKey: l.TokenKey(resource)}
+			c.AddHook(h)
+			return fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), h
+		}
+
+		for _, viaAcquire := range []bool{false, true} {
+			viaAcquire := viaAcquire
+			call := func(l *fencedlock.Locker, ctx context.Context, res string) (*fencedlock.Lock, error) {
+				if viaAcquire {
+					return l.Acquire(ctx, res, ltLongTTL)
+				}
+				return l.TryAcquire(ctx, res, ltLongTTL)
+			}
+			name := "TryAcquire"
+			if viaAcquire {
+				name = "Acquire"
+			}
+
+			t.Run(name+" network error after the grant", func(t *testing.T) {
+				res := "lost-net-" + name
+				fl, h := newClient(t, res)
+				before := ltGrant(t, ctx, l, res)
+				h.arm(nil)
+				lock, err := call(fl, ctx, res)
+				require.Equal(t, 1, h.lostCount(), "the hook did not intercept the acquire script")
+				assert.Nil(t, lock)
+				assert.ErrorIs(t, err, errLtLostReply)
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the grant with the lost reply is still locked")
+				// The lost grant used a token: the next one is above it.
+				assert.Greater(t, ltGrant(t, ctx, l, res), before+1)
+			})
+
+			t.Run(name+" context cancelled in flight", func(t *testing.T) {
+				res := "lost-ctx-" + name
+				fl, h := newClient(t, res)
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				h.arm(cancel)
+				lock, err := call(fl, cctx, res)
+				require.Equal(t, 1, h.lostCount(), "the hook did not intercept the acquire script")
+				assert.Nil(t, lock)
+				assert.ErrorIs(t, err, context.Canceled)
+				if viaAcquire {
+					assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+				}
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the grant with the lost reply is still locked")
+				ltGrant(t, ctx, l, res)
+			})
+
+			t.Run(name+" lost reply of a refusal keeps the holder's lock", func(t *testing.T) {
+				res := "lost-held-" + name
+				fl, h := newClient(t, res)
+				holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+				owner, _ := ltGetKey(t, b, l.LockKey(res))
+				h.arm(nil)
+				lock, err := call(fl, ctx, res)
+				require.Equal(t, 1, h.lostCount())
+				assert.Nil(t, lock)
+				assert.ErrorIs(t, err, errLtLostReply)
+				after, _ := ltGetKey(t, b, l.LockKey(res))
+				assert.Equal(t, owner, after, "the cleanup freed the holder's lock")
+				require.NoError(t, holder.Release(ctx))
+			})
+		}
+	})
+}
+
+// Concurrent histories and the fenced-register check.
+
+type ltOpKind int
+
+const (
+	ltPutOp ltOpKind = iota
+	ltGetOp
+)
+
+type ltOutcome int
+
+const (
+	ltAccepted ltOutcome = iota // Put stored
+	ltStale                     // Put refused with a *StaleTokenError
+	ltRead                      // Get returned a value
+	ltNotFound                  // Get found nothing
+)
+
+// ltOp is one call to a Store. invoke and complete come from one atomic
+// clock, taken just before the call and just after it returned, so
+// a.complete < b.invoke means a returned before b was called.
+type ltOp struct {
+	kind     ltOpKind
+	resource string
+	token    fencedlock.Token // Put: the writer's; Get: the one returned
+	value    string           // Put: written (unique); Get: returned
+	outcome  ltOutcome
+	stale    fencedlock.StaleTokenError // for ltStale: what the store reported
+
+	invoke, complete int64
+}
+
+func (o ltOp) String() string {
+	kind := "Put"
+	if o.kind == ltGetOp {
+		kind = "Get"
+	}
+	return fmt.Sprintf("%s(%s, token %d, %q)@[%d,%d]", kind, o.resource, o.token, o.value, o.invoke, o.complete)
+}
+
+// ltHistory records the calls of many goroutines to one Store.
+type ltHistory struct {
+	clock atomic.Int64
+	mu    sync.Mutex
+	ops   []ltOp // guarded by mu
+}
+
+func (h *ltHistory) add(op ltOp) {
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	h.mu.Unlock()
+}
+
+// put calls s.Put and records it. It returns errors other than a stale
+// token, which are not recorded.
+func (h *ltHistory) put(ctx context.Context, s fencedlock.Store, resource string, token fencedlock.Token, value string) (ltOp, error) {
+	op := ltOp{kind: ltPutOp, resource: resource, token: token, value: value}
+	op.invoke = h.clock.Add(1)
+	err := s.Put(ctx, resource, token, []byte(value))
+	op.complete = h.clock.Add(1)
+	var se *fencedlock.StaleTokenError
+	switch {
+	case err == nil:
+		op.outcome = ltAccepted
+	case errors.As(err, &se):
+		op.outcome, op.stale = ltStale, *se
+	default:
+		return op, err
+	}
+	h.add(op)
+	return op, nil
+}
+
+// get calls s.Get and records it.
+func (h *ltHistory) get(ctx context.Context, s fencedlock.Store, resource string) error {
+	op := ltOp{kind: ltGetOp, resource: resource}
+	op.invoke = h.clock.Add(1)
+	v, tok, err := s.Get(ctx, resource)
+	op.complete = h.clock.Add(1)
+	switch {
+	case err == nil:
+		op.outcome, op.value, op.token = ltRead, string(v), tok
+	case errors.Is(err, fencedlock.ErrNotFound):
+		op.outcome = ltNotFound
+	default:
+		return err
+	}
+	h.add(op)
+	return nil
+}
+
+// ltCheckFenced checks a history against the fenced register: each
+// resource holds one value and the token that wrote it, a Put is accepted
+// exactly when its token is not below the stored one, and every call takes
+// effect at one instant between its invocation and its return. It returns
+// one line per violation. Values written must be unique.
+//
+//   - An accepted Put's token is not below that of any Put accepted before
+//     it was called (the stored token never falls).
+//   - A refused Put reports its own resource and token, and a Current above
+//     its token that an accepted Put called before the refusal returned
+//     had written.
+//   - A Get returns a value and token that one accepted Put W wrote, W
+//     called before the Get returned, and no accepted Put that returned
+//     before the Get was called either came after W or had a higher token.
+//   - A Get finds nothing only if no Put was accepted before it was called.
+func ltCheckFenced(ops []ltOp) []string {
+	var bad []string
+	byResource := map[string][]ltOp{}
+	for _, op := range ops {
+		byResource[op.resource] = append(byResource[op.resource], op)
+	}
+	for _, rops := range byResource {
+		var accepted []ltOp
+		writer := map[string]ltOp{}
+		for _, op := range rops {
+			if op.kind == ltPutOp && op.outcome == ltAccepted {
+				accepted = append(accepted, op)
+				writer[op.value] = op
+			}
+		}
+		for _, op := range rops {
+			switch {
+			case op.kind == ltPutOp && op.outcome == ltAccepted:
+				for _, q := range accepted {
+					if q.complete < op.invoke && q.token > op.token {
+						bad = append(bad, fmt.Sprintf("%v accepted after %v had been", op, q))
+					}
+				}
+			case op.kind == ltPutOp && op.outcome == ltStale:
+				if op.stale.Resource != op.resource || op.stale.Token != op.token {
+					bad = append(bad, fmt.Sprintf("%v refused with %+v, naming another write", op, op.stale))
+				}
+				if op.stale.Current <= op.token {
+					bad = append(bad, fmt.Sprintf("%v refused though the store holds %d", op, op.stale.Current))
+				}
+				found := false
+				for _, w := range accepted {
+					if w.token == op.stale.Current && w.invoke < op.complete {
+						found = true
+					}
+				}
+				if !found {
+					bad = append(bad, fmt.Sprintf("%v refused with current %d, which no earlier accepted Put wrote", op, op.stale.Current))
+				}
+			case op.kind == ltGetOp && op.outcome == ltRead:
+				w, ok := writer[op.value]
+				if !ok {
+					bad = append(bad, fmt.Sprintf("%v returned a value no accepted Put wrote", op))
+					continue
+				}
+				if w.token != op.token {
+					bad = append(bad, fmt.Sprintf("%v returned the value of %v with another token", op, w))
+				}
+				if w.invoke > op.complete {
+					bad = append(bad, fmt.Sprintf("%v returned the value of %v, called after it", op, w))
+				}
+				for _, q := range accepted {
+					if q.value != w.value && q.complete < op.invoke && (q.token > op.token || w.complete < q.invoke) {
+						bad = append(bad, fmt.Sprintf("%v returned the value of %v, overwritten by %v before it", op, w, q))
+					}
+				}
+			case op.kind == ltGetOp && op.outcome == ltNotFound:
+				for _, q := range accepted {
+					if q.complete < op.invoke {
+						bad = append(bad, fmt.Sprintf("%v found nothing after %v", op, q))
+						break
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// ltWorkload drives a Store the way fenced holders do: acquire, write a
+// few times, sometimes pause (lose the lock, then write late once another
+// holder has written with a higher token), release; with reads all along.
+// It returns the history and the late writes made after a higher write had
+// been accepted.
+func ltWorkload(t *testing.T, l *fencedlock.Locker, s fencedlock.Store, tag string) ([]ltOp, []ltOp) {
+	t.Helper()
+	ctx := ltCtx(t)
+	const workers, rounds = 4, 10
+	resources := []string{tag + "-a", tag + "-b"}
+	h := &ltHistory{}
+
+	var highMu sync.Mutex
+	high := map[string]fencedlock.Token{} // highest token of a returned accepted Put; guarded by highMu
+	put := func(res string, tok fencedlock.Token, value string) (ltOp, error) {
+		op, err := h.put(ctx, s, res, tok, value)
+		if err == nil && op.outcome == ltAccepted {
+			highMu.Lock()
+			if tok > high[res] {
+				high[res] = tok
+			}
+			highMu.Unlock()
+		}
+		return op, err
+	}
+	higher := func(res string, tok fencedlock.Token) bool {
+		highMu.Lock()
+		defer highMu.Unlock()
+		return high[res] > tok
+	}
+
+	var lateMu sync.Mutex
+	var late []ltOp // guarded by lateMu
+
+	stopReader := make(chan struct{})
+	var readerDone sync.WaitGroup
+	readerDone.Add(1)
+	go func() {
+		defer readerDone.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stopReader:
+				return
+			default:
+			}
+			if err := h.get(ctx, s, resources[i%len(resources)]); err != nil {
+				t.Errorf("reader: %v", err)
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		w := w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				res := resources[(w+i)%len(resources)]
+				lock, err := l.Acquire(ctx, res, ltLongTTL, fencedlock.WithRetryDelay(time.Millisecond, 4*time.Millisecond))
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				for p := 0; p <= (w+i)%3; p++ {
+					if _, err := put(res, lock.Token(), fmt.Sprintf("w%d-r%d-p%d", w, i, p)); err != nil {
+						t.Errorf("worker %d put: %v", w, err)
+					}
+					if err := h.get(ctx, s, res); err != nil {
+						t.Errorf("worker %d get: %v", w, err)
+					}
+				}
+				pause := (w == 0 && i == 0) || (w*7+i)%4 == 1
+				if !pause {
+					if err := lock.Release(ctx); err != nil {
+						t.Errorf("worker %d release: %v", w, err)
+					}
+					continue
+				}
+				// The pause: the lock is lost (released here, so the others
+				// need not wait out a TTL) while this holder still believes
+				// it holds it, and it writes once someone wrote after it.
+				if err := lock.Release(ctx); err != nil {
+					t.Errorf("worker %d release: %v", w, err)
+				}
+				deadline := time.Now().Add(300 * time.Millisecond)
+				for !higher(res, lock.Token()) && time.Now().Before(deadline) {
+					time.Sleep(200 * time.Microsecond)
+				}
+				waited := higher(res, lock.Token())
+				op, err := put(res, lock.Token(), fmt.Sprintf("w%d-r%d-late", w, i))
+				if err != nil {
+					t.Errorf("worker %d late put: %v", w, err)
+				} else if waited {
+					lateMu.Lock()
+					late = append(late, op)
+					lateMu.Unlock()
+				}
+				if err := lock.Release(ctx); !errors.Is(err, fencedlock.ErrLockLost) {
+					t.Errorf("worker %d: late Release: %v, want ErrLockLost", w, err)
+				}
+				if err := h.get(ctx, s, res); err != nil {
+					t.Errorf("worker %d get: %v", w, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopReader)
+	readerDone.Wait()
+	for _, res := range resources {
+		require.NoError(t, h.get(ctx, s, res))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ops, late
+}
+
+func TestFencedHistory(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		l := ltLocker(b)
+		for _, s := range ltStores(b) {
+			s := s
+			t.Run(s.name, func(t *testing.T) {
+				ops, late := ltWorkload(t, l, s.store, s.name)
+				require.NotEmpty(t, late, "no holder wrote late after a higher token: the history tests nothing")
+				for _, op := range late {
+					assert.Equal(t, ltStale, op.outcome, "late write %v was accepted", op)
+				}
+				var puts, stale, reads int
+				for _, op := range ops {
+					switch op.outcome {
+					case ltAccepted:
+						puts++
+					case ltStale:
+						stale++
+					case ltRead:
+						reads++
+					}
+				}
+				assert.Positive(t, puts)
+				assert.Positive(t, reads)
+				assert.GreaterOrEqual(t, stale, len(late))
+				assert.Empty(t, ltCheckFenced(ops), "the history breaks the fenced register")
+			})
+		}
+	})
+}
+
+// ltUnfencedStore keeps the last write whatever its token: the store the
+// fencing rule exists to replace.
+type ltUnfencedStore struct {
+	mu   sync.Mutex
+	data map[string]ltOp // guarded by mu
+}
+
+func (s *ltUnfencedStore) Put(_ context.Context, resource string, token fencedlock.Token, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil {
+		s.data = map[string]ltOp{}
+	}
+	s.data[resource] = ltOp{token: token, value: string(value)}
+	return nil
+}
+
+func (s *ltUnfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.data[resource]
+	if !ok {
+		return nil, 0, fencedlock.ErrNotFound
+	}
+	return []byte(e.value), e.token, nil
+}
+
+// The checker must be able to fail: the same workload on a store without
+// the fence breaks the register.
+func TestFencedHistoryCheckerCatchesUnfencedStore(t *testing.T) {
+	b := redistest.Mini(t)
+	ops, late := ltWorkload(t, ltLocker(b), &ltUnfencedStore{}, "unfenced")
+	require.NotEmpty(t, late)
+	bad := ltCheckFenced(ops)
+	require.NotEmpty(t, bad, "an unfenced store passed the fenced-register check")
+	lowerAccepted := 0
+	for _, v := range bad {
+		if strings.Contains(v, "accepted after") {
+			lowerAccepted++
+		}
+	}
+	assert.Positive(t, lowerAccepted, "no lower token accepted after a higher one was reported")
+	for _, op := range late {
+		assert.Equal(t, ltAccepted, op.outcome)
+	}
+	t.Logf("%d violations, the first: %s", len(bad), bad[0])
+}
+
+// Each rule of the checker rejects a history that breaks it, and accepts
+// the one that keeps them all.
+func TestFencedHistoryCheckerRules(t *testing.T) {
+	put := func(tok fencedlock.Token, value string, inv, comp int64) ltOp {
+		return ltOp{kind: ltPutOp, resource: "r", token: tok, value: value, outcome: ltAccepted, invoke: inv, complete: comp}
+	}
+	stale := func(tok, cur fencedlock.Token, value string, inv, comp int64) ltOp {
+		return ltOp{kind: ltPutOp, resource: "r", token: tok, value: value, outcome: ltStale,
+			stale: fencedlock.StaleTokenError{Resource: "r", Token: tok, Current: cur}, invoke: inv, complete: comp}
+	}
+	get := func(tok fencedlock.Token, value string, inv, comp int64) ltOp {
+		return ltOp{kind: ltGetOp, resource: "r", token: tok, value: value, outcome: ltRead, invoke: inv, complete: comp}
+	}
+	notFound := func(inv, comp int64) ltOp {
+		return ltOp{kind: ltGetOp, resource: "r", outcome: ltNotFound, invoke: inv, complete: comp}
+	}
+	tests := []struct {
+		name string
+		ops  []ltOp
+		ok   bool
+	}{
+		{"valid", []ltOp{notFound(1, 2), put(5, "a", 3, 4), put(5, "b", 5, 6), get(5, "b", 7, 8),
+			put(7, "c", 9, 12), get(5, "b", 10, 11), stale(5, 7, "d", 13, 14), get(7, "c", 15, 16)}, true},
+		{"overlapping calls may take effect in either order", []ltOp{put(5, "a", 1, 6), put(7, "b", 2, 5), get(5, "a", 3, 8)}, true},
+		{"lower token accepted after a higher one", []ltOp{put(7, "a", 1, 2), put(5, "b", 3, 4)}, false},
+		{"refused though not stale", []ltOp{put(5, "a", 1, 2), stale(6, 5, "b", 3, 4)}, false},
+		{"refused with a current never written", []ltOp{put(5, "a", 1, 2), stale(3, 9, "b", 3, 4)}, false},
+		{"refusal names another token", []ltOp{put(9, "a", 1, 2),
+			{kind: ltPutOp, resource: "r", token: 3, value: "b", outcome: ltStale, stale: fencedlock.StaleTokenError{Resource: "r", Token: 4, Current: 9}, invoke: 3, complete: 4}}, false},
+		{"read of a value never written", []ltOp{put(5, "a", 1, 2), get(5, "zzz", 3, 4)}, false},
+		{"read with the wrong token", []ltOp{put(5, "a", 1, 2), get(6, "a", 3, 4)}, false},
+		{"read of a value written later", []ltOp{get(5, "a", 1, 2), put(5, "a", 3, 4)}, false},
+		{"stale read, same token", []ltOp{put(5, "a", 1, 2), put(5, "b", 3, 4), get(5, "a", 5, 6)}, false},
+		{"stale read, higher token", []ltOp{put(5, "a", 1, 3), put(7, "b", 2, 4), get(5, "a", 5, 6)}, false},
+		{"not found after a write", []ltOp{put(5, "a", 1, 2), notFound(3, 4)}, false},
+	}
+	for _, tc := range tests {
+		bad := ltCheckFenced(tc.ops)
+		if tc.ok {
+			assert.Empty(t, bad, tc.name)
+		} else {
+			assert.NotEmpty(t, bad, tc.name)
+		}
+	}
+}
