@@ -1,0 +1,922 @@
+// Package fencetest checks that an implementation of fencedlock.Store keeps
+// the Store contract, above all the fencing rule.
+//
+// A store passes when it keeps these rules; each failure message names the
+// rule it violates:
+//
+//   - not-found: Get of a resource never written returns an error wrapping
+//     fencedlock.ErrNotFound.
+//   - round-trip: Get returns the value and the token of the last accepted
+//     Put, byte for byte (all 256 byte values, 1 MiB); nil and empty values
+//     read back as empty.
+//   - copy: Put keeps a copy of the value and Get returns a copy, so a
+//     caller changing either slice afterwards changes nothing in the store.
+//   - equal-token: a Put whose token equals the stored one is accepted (one
+//     holder writes many times with one token).
+//   - higher-token: a Put whose token is higher than the stored one is
+//     accepted, and the store keeps the new token.
+//   - stale-token: a Put whose token is lower than the stored one fails
+//     with a *fencedlock.StaleTokenError whose Resource, Token (the
+//     rejected one) and Current (the stored one) are right, and which
+//     matches fencedlock.ErrStaleToken with errors.Is.
+//   - refused-unchanged: a refused Put changes nothing.
+//   - zero-token: a Put with the zero token fails with an error wrapping
+//     fencedlock.ErrInvalidToken, even on an empty resource.
+//   - token-range: tokens up to fencedlock.MaxRedisStoreToken are accepted
+//     (a Locker hands out tokens seeded from a clock in microseconds); a
+//     higher token is either refused with fencedlock.ErrInvalidToken or
+//     stored and compared exactly, never rounded.
+//   - empty-resource: Put and Get with an empty resource fail with an
+//     error wrapping fencedlock.ErrInvalidArgument.
+//   - independent-resources: every resource has its own value and token; a
+//     token on one fences no other, including names that share a prefix.
+//   - resource-names: names with ':', spaces, non-ASCII letters and braces
+//     work like any other. Stranger names ("..", "/", "{", a 512-byte name)
+//     may be refused with fencedlock.ErrInvalidArgument, but if accepted
+//     must work too.
+//   - context: Put and Get with a cancelled or expired context fail, and
+//     such a Put stores nothing.
+//   - atomic-fence: under concurrent Puts to one resource, the check of
+//     the token and the write are one atomic step: the token stored at the
+//     end is the highest one accepted, with its value; every refusal is a
+//     *StaleTokenError whose Current is higher than its Token and was
+//     written by an accepted Put; and no Put is accepted after a Put with
+//     a higher token has returned.
+//   - torn-read: a concurrent Get returns a value and token that one
+//     accepted Put wrote together.
+//   - stale-read: a Get never returns a token older than one written by a
+//     Put, or read by another Get, that returned before the Get began.
+//   - monotonic-reads: the tokens one goroutine reads in turn never
+//     decrease.
+//
+// The rule of the tokens is the one fencedlock.CheckToken applies: a
+// store calls CheckToken with the token stored with the resource's value,
+// read under the same lock or in the same transaction as its write, and
+// stores the writer's token next to the value in that same atomic step.
+//
+// # Usage
+//
+// Call Store from a test of the implementation's package, with a function
+// that returns a fresh store for each subtest:
+//
+//	func TestStore(t *testing.T) {
+//		fencetest.Store(t, func(t *testing.T) fencedlock.Store {
+//			return mystore.New(t.TempDir())
+//		})
+//	}
+//
+// newStore runs on the subtest's goroutine, so it may call t.Fatal,
+// t.Cleanup and t.TempDir. The stores need not be empty: the suite gives
+// every resource it uses a random suffix, so stores sharing one database
+// do not see each other's writes.
+//
+// Run the suite with -race: the concurrent subtest starts goroutines that
+// Put and Get at once, and a store's data races show there. The suite
+// takes well under a second on an in-memory store and a few hundred round
+// trips on a networked one.
+package fencetest
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// Store runs the conformance suite as subtests of t, calling newStore
+// once per subtest for a fresh store. It reports every rule a store
+// breaks, by name; see the package documentation for the rules. Run it
+// with -race.
+func Store(t *testing.T, newStore func(t *testing.T) fencedlock.Store) {
+	t.Helper()
+	if newStore == nil {
+		t.Fatal("fencetest: Store called with a nil newStore")
+	}
+	run(t, func(t tb) fencedlock.Store { return newStore(t.(*testing.T)) })
+}
+
+// tb is the part of *testing.T the suite uses. Store passes a *testing.T;
+// the package's own tests pass a recorder, to prove that the suite fails
+// on broken stores.
+type tb interface {
+	Helper()
+	Name() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+	Cleanup(func())
+}
+
+// subtester is implemented by a tb other than *testing.T that runs
+// subtests. Run must run f on a goroutine of its own, so that f's Fatalf
+// can end it with runtime.Goexit, and return whether f passed.
+type subtester interface {
+	Run(name string, f func(t tb)) bool
+}
+
+// runSub runs f as the subtest name of t.
+func runSub(t tb, name string, f func(t tb)) bool {
+	switch t := t.(type) {
+	case *testing.T:
+		return t.Run(name, func(t *testing.T) { f(t) })
+	case subtester:
+		return t.Run(name, f)
+	default:
+		panic(fmt.Sprintf("fencetest: %T cannot run subtests", t))
+	}
+}
+
+// opTimeout bounds every subtest, so that a store that hangs fails the
+// test instead of blocking until the test binary times out.
+const opTimeout = time.Minute
+
+// run is the suite.
+func run(t tb, newStore func(t tb) fencedlock.Store) {
+	t.Helper()
+	for _, c := range cases {
+		c := c
+		runSub(t, c.name, func(t tb) {
+			s := newStore(t)
+			if s == nil {
+				t.Fatalf("fencetest: newStore returned a nil Store")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			t.Cleanup(cancel)
+			c.fn(&env{t: t, s: s, ctx: ctx, suffix: newSuffix()})
+		})
+	}
+}
+
+var cases = []struct {
+	name string
+	fn   func(e *env)
+}{
+	{"GetNeverWritten", testGetNeverWritten},
+	{"PutGet", testPutGet},
+	{"ValueCopies", testValueCopies},
+	{"EmptyValue", testEmptyValue},
+	{"BinaryValue", testBinaryValue},
+	{"LargeValue", testLargeValue},
+	{"EqualToken", testEqualToken},
+	{"HigherToken", testHigherToken},
+	{"LowerToken", testLowerToken},
+	{"ZeroToken", testZeroToken},
+	{"TokenRange", testTokenRange},
+	{"EmptyResource", testEmptyResource},
+	{"IndependentResources", testIndependentResources},
+	{"ResourceNames", testResourceNames},
+	{"DoneContext", testDoneContext},
+	{"Concurrent", testConcurrent},
+}
+
+// A rule is one promise of the Store contract. Failure messages end with
+// the rule's name and text.
+type rule struct{ name, text string }
+
+var (
+	ruleNotFound    = rule{"not-found", "Get of a resource never written returns an error wrapping fencedlock.ErrNotFound"}
+	ruleRoundTrip   = rule{"round-trip", "Get returns the value and token of the last accepted Put, byte for byte; nil and empty values read back as empty"}
+	ruleCopy        = rule{"copy", "Put keeps a copy of the value and Get returns a copy: changing either slice afterwards changes nothing in the store"}
+	ruleEqualToken  = rule{"equal-token", "a Put whose token equals the stored one is accepted"}
+	ruleHigherToken = rule{"higher-token", "a Put whose token is higher than the stored one is accepted"}
+	ruleStaleToken  = rule{"stale-token", "a Put whose token is lower than the stored one fails with *fencedlock.StaleTokenError{Resource, Token: the rejected token, Current: the stored token}, matching fencedlock.ErrStaleToken"}
+	ruleUnchanged   = rule{"refused-unchanged", "a refused Put changes nothing"}
+	ruleZeroToken   = rule{"zero-token", "a Put with the zero token fails with an error wrapping fencedlock.ErrInvalidToken"}
+	ruleTokenRange  = rule{"token-range", "tokens up to fencedlock.MaxRedisStoreToken are accepted; a higher token is refused with fencedlock.ErrInvalidToken or stored and compared exactly"}
+	ruleEmptyRes    = rule{"empty-resource", "Put and Get with an empty resource fail with an error wrapping fencedlock.ErrInvalidArgument"}
+	ruleIndependent = rule{"independent-resources", "every resource has its own value and token: a token on one fences no other"}
+	ruleNames       = rule{"resource-names", "resource names are opaque strings: ':', spaces, non-ASCII and braces work; a stranger name is accepted and works, or is refused with fencedlock.ErrInvalidArgument"}
+	ruleContext     = rule{"context", "Put and Get with a cancelled or expired context fail, and such a Put stores nothing"}
+	ruleAtomic      = rule{"atomic-fence", "the token check and the write are one atomic step: concurrent Puts leave the highest accepted token, refuse only tokens below an accepted one, and accept no token after a higher one was accepted"}
+	ruleTornRead    = rule{"torn-read", "a Get returns a value and token that one accepted Put wrote together"}
+	ruleStaleRead   = rule{"stale-read", "a Get returns no token older than one a completed Put wrote or a completed Get read before it began"}
+	ruleMonotonic   = rule{"monotonic-reads", "the tokens one goroutine reads in turn never decrease"}
+)
+
+// env is one subtest's store and helpers.
+type env struct {
+	t      tb
+	s      fencedlock.Store
+	ctx    context.Context
+	suffix string
+}
+
+// newSuffix returns a random suffix that makes resource names fresh even
+// when stores share their data.
+func newSuffix() string {
+	var b [6]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		return fmt.Sprintf("%012x", rand.Int63())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// res returns a resource name unique to this subtest.
+func (e *env) res(name string) string { return name + "#" + e.suffix }
+
+func msg(r rule, format string, args ...any) string {
+	return fmt.Sprintf(format, args...) + fmt.Sprintf("\n\tviolates rule %s: %s", r.name, r.text)
+}
+
+func (e *env) errorf(r rule, format string, args ...any) {
+	e.t.Helper()
+	e.t.Errorf("%s", msg(r, format, args...))
+}
+
+func (e *env) fatalf(r rule, format string, args ...any) {
+	e.t.Helper()
+	e.t.Fatalf("%s", msg(r, format, args...))
+}
+
+// show formats a value for a message, shortened when long.
+func show(v []byte) string {
+	const shown = 48
+	if v == nil {
+		return "nil"
+	}
+	if len(v) <= shown {
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:shown], len(v))
+}
+
+// diff describes how got differs from want.
+func diff(got, want []byte) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("got %s, want %s", show(got), show(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Sprintf("%d bytes as wanted, but byte %d is %#02x, want %#02x", len(got), i, got[i], want[i])
+		}
+	}
+	return "equal"
+}
+
+// put calls Put and fails the subtest unless it was accepted.
+func (e *env) put(r rule, resource string, token fencedlock.Token, value []byte) {
+	e.t.Helper()
+	if err := e.s.Put(e.ctx, resource, token, value); err != nil {
+		e.fatalf(r, "Put(%q, token %d, %s) = %v; want it accepted", resource, token, show(value), err)
+	}
+}
+
+// expect checks that Get returns value and token. It reports a violation
+// of r, with what the caller did before in "after".
+func (e *env) expect(r rule, after, resource string, value []byte, token fencedlock.Token) bool {
+	e.t.Helper()
+	v, tok, err := e.s.Get(e.ctx, resource)
+	if err != nil {
+		e.errorf(r, "after %s: Get(%q) = %v; want (%s, token %d)", after, resource, err, show(value), token)
+		return false
+	}
+	if !bytes.Equal(v, value) || tok != token {
+		e.errorf(r, "after %s: Get(%q) = (%s, token %d); want (%s, token %d): value %s", after, resource, show(v), tok, show(value), token, diff(v, value))
+		return false
+	}
+	return true
+}
+
+// expectNotFound checks that Get finds nothing for resource.
+func (e *env) expectNotFound(r rule, after, resource string) {
+	e.t.Helper()
+	v, tok, err := e.s.Get(e.ctx, resource)
+	if !errors.Is(err, fencedlock.ErrNotFound) {
+		e.errorf(r, "after %s: Get(%q) = (%s, token %d, %v); want an error wrapping fencedlock.ErrNotFound", after, resource, show(v), tok, err)
+	}
+}
+
+// expectStale checks that err is the *StaleTokenError of a Put of token
+// to resource that holds current.
+func (e *env) expectStale(err error, resource string, token, current fencedlock.Token) {
+	e.t.Helper()
+	call := fmt.Sprintf("Put(%q, token %d) while the store holds token %d", resource, token, current)
+	var se *fencedlock.StaleTokenError
+	if !errors.As(err, &se) {
+		e.errorf(ruleStaleToken, "%s = %v; want a *fencedlock.StaleTokenError", call, err)
+		return
+	}
+	if se.Resource != resource || se.Token != token || se.Current != current {
+		e.errorf(ruleStaleToken, "%s = &StaleTokenError{Resource: %q, Token: %d, Current: %d}; want {Resource: %q, Token: %d, Current: %d}",
+			call, se.Resource, se.Token, se.Current, resource, token, current)
+	}
+	if !errors.Is(err, fencedlock.ErrStaleToken) {
+		e.errorf(ruleStaleToken, "%s = %v: errors.Is(err, fencedlock.ErrStaleToken) = false, want true", call, err)
+	}
+}
+
+func testGetNeverWritten(e *env) {
+	r := e.res("never-written")
+	v, tok, err := e.s.Get(e.ctx, r)
+	if !errors.Is(err, fencedlock.ErrNotFound) {
+		e.errorf(ruleNotFound, "Get(%q) of a resource never written = (%s, token %d, %v); want an error wrapping fencedlock.ErrNotFound", r, show(v), tok, err)
+	}
+}
+
+func testPutGet(e *env) {
+	r := e.res("put-get")
+	e.put(ruleRoundTrip, r, 7, []byte("hello"))
+	e.expect(ruleRoundTrip, "Put(token 7, \"hello\")", r, []byte("hello"), 7)
+	e.put(ruleHigherToken, r, 8, []byte("a longer value than before"))
+	e.expect(ruleRoundTrip, "Put(token 8, a longer value)", r, []byte("a longer value than before"), 8)
+	e.put(ruleHigherToken, r, 9, []byte("short"))
+	e.expect(ruleRoundTrip, "Put(token 9, a shorter value)", r, []byte("short"), 9)
+}
+
+func testValueCopies(e *env) {
+	r := e.res("copies")
+	buf := []byte("original")
+	e.put(ruleRoundTrip, r, 1, buf)
+	copy(buf, "XXXXXXXX")
+	if !e.expect(ruleCopy, "Put(\"original\") and then changing the caller's slice to \"XXXXXXXX\"", r, []byte("original"), 1) {
+		return
+	}
+
+	v1, _, err := e.s.Get(e.ctx, r)
+	if err != nil {
+		e.fatalf(ruleRoundTrip, "Get(%q) = %v; want the value", r, err)
+	}
+	v2, _, err := e.s.Get(e.ctx, r)
+	if err != nil {
+		e.fatalf(ruleRoundTrip, "Get(%q) = %v; want the value", r, err)
+	}
+	for i := range v1 {
+		v1[i] = 'Y'
+	}
+	if !bytes.Equal(v2, []byte("original")) {
+		e.errorf(ruleCopy, "changing the slice one Get returned changed the slice another Get returned to %s", show(v2))
+	}
+	e.expect(ruleCopy, "changing the slice Get returned to \"YYYYYYYY\"", r, []byte("original"), 1)
+
+	// A value with spare capacity: appending to the caller's slice after
+	// Put must not show up either.
+	spare := make([]byte, 3, 64)
+	copy(spare, "abc")
+	e.put(ruleRoundTrip, r, 2, spare)
+	spare = append(spare, "def"...)
+	spare[0] = 'Z'
+	e.expect(ruleCopy, "Put(\"abc\" with spare capacity) and then changing and appending to the caller's slice", r, []byte("abc"), 2)
+}
+
+func testEmptyValue(e *env) {
+	for _, c := range []struct {
+		name  string
+		value []byte
+	}{{"nil", nil}, {"empty", []byte{}}} {
+		r := e.res("empty-value-" + c.name)
+		e.put(ruleRoundTrip, r, 1, c.value)
+		v, tok, err := e.s.Get(e.ctx, r)
+		if err != nil || len(v) != 0 || tok != 1 {
+			e.errorf(ruleRoundTrip, "Put(%q, token 1, %s value), Get = (%s, token %d, %v); want an empty value, token 1, no error", r, c.name, show(v), tok, err)
+		}
+		// An empty value overwrites a non-empty one.
+		e.put(ruleHigherToken, r, 2, []byte("not empty"))
+		e.put(ruleHigherToken, r, 3, c.value)
+		v, tok, err = e.s.Get(e.ctx, r)
+		if err != nil || len(v) != 0 || tok != 3 {
+			e.errorf(ruleRoundTrip, "Put(%q, token 2, \"not empty\"), Put(token 3, %s value), Get = (%s, token %d, %v); want an empty value, token 3, no error", r, c.name, show(v), tok, err)
+		}
+	}
+}
+
+func testBinaryValue(e *env) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	rev := make([]byte, 256)
+	for i := range rev {
+		rev[i] = byte(255 - i)
+	}
+	r := e.res("binary")
+	e.put(ruleRoundTrip, r, 1, all)
+	e.expect(ruleRoundTrip, "Put(bytes 0x00 to 0xff)", r, all, 1)
+	e.put(ruleHigherToken, r, 2, rev)
+	e.expect(ruleRoundTrip, "Put(bytes 0xff to 0x00)", r, rev, 2)
+	for _, v := range [][]byte{{0}, []byte("\x00\x00"), []byte("\r\n$-1\r\n"), []byte("\xff\xfe invalid UTF-8 \xc3")} {
+		r := e.res(fmt.Sprintf("binary-%x", v))
+		e.put(ruleRoundTrip, r, 1, v)
+		e.expect(ruleRoundTrip, fmt.Sprintf("Put(%q)", v), r, v, 1)
+	}
+}
+
+func testLargeValue(e *env) {
+	seed := time.Now().UnixNano()
+	v := make([]byte, 1<<20)
+	rand.New(rand.NewSource(seed)).Read(v)
+	r := e.res("large")
+	e.put(ruleRoundTrip, r, 1, v)
+	if !e.expect(ruleRoundTrip, fmt.Sprintf("Put(1 MiB of random bytes, seed %d)", seed), r, v, 1) {
+		return
+	}
+	small := []byte("small again")
+	e.put(ruleHigherToken, r, 2, small)
+	e.expect(ruleRoundTrip, "Put(1 MiB) and Put(token 2, \"small again\")", r, small, 2)
+}
+
+func testEqualToken(e *env) {
+	r := e.res("equal")
+	e.put(ruleRoundTrip, r, 5, []byte("first"))
+	if err := e.s.Put(e.ctx, r, 5, []byte("second")); err != nil {
+		e.fatalf(ruleEqualToken, "Put(%q, token 5) after Put with token 5 = %v; want it accepted (the same holder writes again)", r, err)
+	}
+	e.expect(ruleEqualToken, "two Puts with token 5", r, []byte("second"), 5)
+	for i := 0; i < 3; i++ {
+		v := []byte(fmt.Sprintf("write %d", i))
+		if err := e.s.Put(e.ctx, r, 5, v); err != nil {
+			e.fatalf(ruleEqualToken, "Put(%q, token 5, %s), the store holding token 5 = %v; want it accepted", r, show(v), err)
+		}
+	}
+	e.expect(ruleEqualToken, "five Puts with token 5", r, []byte("write 2"), 5)
+}
+
+func testHigherToken(e *env) {
+	r := e.res("higher")
+	e.put(ruleRoundTrip, r, 5, []byte("five"))
+	for _, c := range []struct {
+		token fencedlock.Token
+		value string
+	}{{6, "six"}, {1000, "thousand"}, {1_000_001, "million and one"}} {
+		if err := e.s.Put(e.ctx, r, c.token, []byte(c.value)); err != nil {
+			e.fatalf(ruleHigherToken, "Put(%q, token %d), the store holding a lower token = %v; want it accepted", r, c.token, err)
+		}
+		e.expect(ruleHigherToken, fmt.Sprintf("Put(token %d, %q)", c.token, c.value), r, []byte(c.value), c.token)
+	}
+}
+
+func testLowerToken(e *env) {
+	r := e.res("lower")
+	e.put(ruleRoundTrip, r, 10, []byte("ten"))
+	for _, token := range []fencedlock.Token{9, 1} {
+		err := e.s.Put(e.ctx, r, token, []byte("stale"))
+		e.expectStale(err, r, token, 10)
+		e.expect(ruleUnchanged, fmt.Sprintf("Put(token 10, \"ten\") and a refused Put(token %d, \"stale\")", token), r, []byte("ten"), 10)
+	}
+	// A refusal does not move the fence: the holder of token 10 still
+	// writes.
+	if err := e.s.Put(e.ctx, r, 10, []byte("ten again")); err != nil {
+		e.errorf(ruleEqualToken, "Put(%q, token 10) after refused lower tokens, the store holding token 10 = %v; want it accepted", r, err)
+	}
+	e.put(ruleHigherToken, r, 11, []byte("eleven"))
+	err := e.s.Put(e.ctx, r, 10, []byte("stale ten"))
+	e.expectStale(err, r, 10, 11)
+	e.expect(ruleUnchanged, "Put(token 11, \"eleven\") and a refused Put(token 10)", r, []byte("eleven"), 11)
+}
+
+func testZeroToken(e *env) {
+	r := e.res("zero")
+	err := e.s.Put(e.ctx, r, 0, []byte("zero"))
+	if !errors.Is(err, fencedlock.ErrInvalidToken) {
+		e.errorf(ruleZeroToken, "Put(%q, token 0) on a resource never written = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
+	}
+	e.expectNotFound(ruleUnchanged, "a refused Put with token 0", r)
+
+	e.put(ruleRoundTrip, r, 3, []byte("three"))
+	err = e.s.Put(e.ctx, r, 0, []byte("zero"))
+	if !errors.Is(err, fencedlock.ErrInvalidToken) {
+		e.errorf(ruleZeroToken, "Put(%q, token 0), the store holding token 3 = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
+	}
+	e.expect(ruleUnchanged, "Put(token 3, \"three\") and a refused Put(token 0)", r, []byte("three"), 3)
+}
+
+func testTokenRange(e *env) {
+	limit := fencedlock.MaxRedisStoreToken
+	var refused []fencedlock.Token
+	defer func() {
+		if len(refused) > 0 {
+			e.t.Logf("the store refuses tokens %d with fencedlock.ErrInvalidToken", refused)
+		}
+	}()
+	for _, c := range []struct {
+		token    fencedlock.Token
+		required bool
+	}{
+		{1<<31 - 1, true},
+		{1 << 31, true},
+		{1<<32 + 1, true},
+		{1_764_000_000_000_000, true}, // a clock-seeded token: microseconds since 1970
+		{limit - 1, true},
+		{limit, true},
+		{limit + 1, false},
+		{1<<53 + 1, false},
+		{1<<63 - 1, false},
+		{1 << 63, false},
+		{1<<63 + 1, false},
+		{math.MaxUint64 - 1, false},
+		{math.MaxUint64, false},
+	} {
+		tok := c.token
+		r := e.res(fmt.Sprintf("token-%d", tok))
+		err := e.s.Put(e.ctx, r, tok, []byte("high"))
+		if err != nil {
+			if c.required || !errors.Is(err, fencedlock.ErrInvalidToken) {
+				want := "want it accepted (it is not above fencedlock.MaxRedisStoreToken)"
+				if !c.required {
+					want = "want it accepted or an error wrapping fencedlock.ErrInvalidToken"
+				}
+				e.errorf(ruleTokenRange, "Put(%q, token %d) on a resource never written = %v; %s", r, tok, err, want)
+				continue
+			}
+			refused = append(refused, tok)
+			e.expectNotFound(ruleUnchanged, fmt.Sprintf("a refused Put(token %d)", tok), r)
+			continue
+		}
+		if !e.expect(ruleTokenRange, fmt.Sprintf("Put(token %d, \"high\")", tok), r, []byte("high"), tok) {
+			continue
+		}
+		// The store must compare exactly: one less is stale, even where
+		// a float64 would round both to one number.
+		err = e.s.Put(e.ctx, r, tok-1, []byte("one less"))
+		var se *fencedlock.StaleTokenError
+		if errors.As(err, &se) {
+			e.expectStale(err, r, tok-1, tok)
+		} else {
+			e.errorf(ruleTokenRange, "Put(%q, token %d) after Put(token %d) = %v; want *fencedlock.StaleTokenError{Token: %d, Current: %d}: tokens must be compared exactly",
+				r, tok-1, tok, err, tok-1, tok)
+		}
+		e.expect(ruleTokenRange, fmt.Sprintf("Put(token %d, \"high\") and a refused Put(token %d)", tok, tok-1), r, []byte("high"), tok)
+		if err := e.s.Put(e.ctx, r, tok, []byte("equal")); err != nil {
+			e.errorf(ruleEqualToken, "Put(%q, token %d), the store holding token %d = %v; want it accepted", r, tok, tok, err)
+			continue
+		}
+		e.expect(ruleEqualToken, fmt.Sprintf("Put(token %d, \"high\") and Put(token %d, \"equal\")", tok, tok), r, []byte("equal"), tok)
+	}
+}
+
+func testEmptyResource(e *env) {
+	err := e.s.Put(e.ctx, "", 1, []byte("x"))
+	if !errors.Is(err, fencedlock.ErrInvalidArgument) {
+		e.errorf(ruleEmptyRes, "Put(\"\", token 1) = %v; want an error wrapping fencedlock.ErrInvalidArgument", err)
+	}
+	v, tok, err := e.s.Get(e.ctx, "")
+	if !errors.Is(err, fencedlock.ErrInvalidArgument) {
+		e.errorf(ruleEmptyRes, "Get(\"\") = (%s, token %d, %v); want an error wrapping fencedlock.ErrInvalidArgument", show(v), tok, err)
+	}
+}
+
+func testIndependentResources(e *env) {
+	a, b := e.res("a"), e.res("b")
+	e.put(ruleRoundTrip, a, 100, []byte("a100"))
+	if err := e.s.Put(e.ctx, b, 1, []byte("b1")); err != nil {
+		e.fatalf(ruleIndependent, "Put(%q, token 1) after Put(%q, token 100) = %v; want it accepted", b, a, err)
+	}
+	e.put(ruleHigherToken, b, 2, []byte("b2"))
+	e.expectStale(e.s.Put(e.ctx, a, 50, []byte("a50")), a, 50, 100)
+	e.expect(ruleIndependent, fmt.Sprintf("Put(%q, token 100, \"a100\") and Put(%q, tokens 1 and 2)", a, b), a, []byte("a100"), 100)
+	e.expect(ruleIndependent, fmt.Sprintf("Put(%q, token 100) and Put(%q, token 2, \"b2\")", a, b), b, []byte("b2"), 2)
+	e.expectNotFound(ruleIndependent, fmt.Sprintf("Puts to %q and %q", a, b), e.res("c"))
+
+	// Names that share a prefix or differ only in case, written with
+	// falling tokens: a store that mixes them up refuses a later one or
+	// returns another's value.
+	base := "p" + e.suffix
+	names := []string{base, base + "x", base + ":", base + ":value", base + "}", base + "/", "P" + e.suffix, "x" + base}
+	for i, n := range names {
+		tok := fencedlock.Token(1000 - 10*i)
+		if err := e.s.Put(e.ctx, n, tok, []byte("value of "+n)); err != nil {
+			e.errorf(ruleIndependent, "Put(%q, token %d) after Puts with higher tokens to %q = %v; want it accepted", n, tok, names[:i], err)
+		}
+	}
+	for i, n := range names {
+		e.expect(ruleIndependent, fmt.Sprintf("Puts to %q", names), n, []byte("value of "+n), fencedlock.Token(1000-10*i))
+	}
+}
+
+func testResourceNames(e *env) {
+	required := []string{"a:b", "with space", "ünïcödé", "x{y}z"}
+	optional := []string{"{", "a}", "{}", "{{x}}", "slash/and\\backslash", "..", "/", "%2F?query#fragment", "🔒", "tab\tand\nnewline", strings.Repeat("long", 128)}
+	type entry struct {
+		name  string
+		token fencedlock.Token
+	}
+	var stored []entry
+	for i, name := range append(append([]string{}, required...), optional...) {
+		r := e.res(name)
+		tok := fencedlock.Token(1000 - i)
+		err := e.s.Put(e.ctx, r, tok, []byte("value of "+r))
+		switch {
+		case err == nil:
+			stored = append(stored, entry{r, tok})
+		case i >= len(required) && errors.Is(err, fencedlock.ErrInvalidArgument):
+			e.t.Logf("the store refuses resource name %q: %v", r, err)
+		default:
+			e.errorf(ruleNames, "Put(%q, token %d) = %v; want it accepted", r, tok, err)
+		}
+	}
+	for _, s := range stored {
+		e.expect(ruleNames, "Puts to resources with unusual names", s.name, []byte("value of "+s.name), s.token)
+	}
+	for _, s := range stored {
+		e.expectStale(e.s.Put(e.ctx, s.name, s.token-1, []byte("stale")), s.name, s.token-1, s.token)
+	}
+}
+
+func testDoneContext(e *env) {
+	r := e.res("done-context")
+	e.put(ruleRoundTrip, r, 5, []byte("before"))
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel2()
+	for _, c := range []struct {
+		name string // "a cancelled" context
+		slug string
+		ctx  context.Context
+	}{{"a cancelled", "cancelled", cancelled}, {"an expired", "expired", expired}} {
+		err := e.s.Put(c.ctx, r, 6, []byte("after"))
+		if err == nil {
+			e.errorf(ruleContext, "Put(%q, token 6) with %s context = nil; want an error", r, c.name)
+		}
+		e.expect(ruleContext, fmt.Sprintf("Put(token 5, \"before\") and Put(token 6, \"after\") with %s context", c.name), r, []byte("before"), 5)
+
+		fresh := e.res("done-context-" + c.slug)
+		if err := e.s.Put(c.ctx, fresh, 1, []byte("x")); err == nil {
+			e.errorf(ruleContext, "Put(%q, token 1) with %s context = nil; want an error", fresh, c.name)
+		}
+		e.expectNotFound(ruleContext, fmt.Sprintf("a Put with %s context", c.name), fresh)
+
+		if v, tok, err := e.s.Get(c.ctx, r); err == nil {
+			e.errorf(ruleContext, "Get(%q) with %s context = (%s, token %d, nil); want an error", r, c.name, show(v), tok)
+		}
+	}
+}
+
+// Sizes of the concurrent subtest: a few hundred operations, so that it is
+// fast on an in-memory store and modest on a networked one.
+const (
+	concurrentWriters = 8
+	concurrentReaders = 4
+	concurrentPuts    = 320 // a multiple of concurrentWriters
+	maxGetsPerReader  = 5000
+	maxViolations     = 5 // per rule, to keep the report readable
+)
+
+// An op is one Put or Get of the concurrent subtest. inv and resp are
+// ticks of a shared counter taken just before the call and just after
+// it returned: op a returned before op b began when a.resp < b.inv.
+type op struct {
+	inv, resp int64
+	token     fencedlock.Token // Put: the token written; Get: the token read
+	value     []byte           // Get: the value read
+	err       error
+}
+
+// valueFor returns the value the concurrent subtest writes with token:
+// its length and content depend on the token, so a value read with
+// another token's value shows.
+func valueFor(token fencedlock.Token) []byte {
+	unit := fmt.Sprintf("<value of token %d>", token)
+	return []byte(strings.Repeat(unit, 1+int(token%7)))
+}
+
+// violations counts reports per rule and stops after maxViolations.
+type violations struct {
+	e *env
+	n map[string]int
+}
+
+func (v *violations) report(r rule, format string, args ...any) {
+	v.e.t.Helper()
+	if v.n == nil {
+		v.n = make(map[string]int)
+	}
+	v.n[r.name]++
+	switch n := v.n[r.name]; {
+	case n <= maxViolations:
+		v.e.errorf(r, format, args...)
+	case n == maxViolations+1:
+		v.e.t.Errorf("more violations of rule %s follow; not reported", r.name)
+	}
+}
+
+// maxBefore answers "what is the highest token of the ops that returned
+// before tick t".
+type maxBefore struct {
+	resp []int64
+	max  []fencedlock.Token // max[i]: the highest token among ops[:i+1] by resp
+}
+
+func newMaxBefore(ops []op) maxBefore {
+	sorted := append([]op(nil), ops...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].resp < sorted[j].resp })
+	m := maxBefore{resp: make([]int64, len(sorted)), max: make([]fencedlock.Token, len(sorted))}
+	var hi fencedlock.Token
+	for i, o := range sorted {
+		if o.token > hi {
+			hi = o.token
+		}
+		m.resp[i], m.max[i] = o.resp, hi
+	}
+	return m
+}
+
+func (m maxBefore) at(t int64) fencedlock.Token {
+	i := sort.Search(len(m.resp), func(i int) bool { return m.resp[i] >= t })
+	if i == 0 {
+		return 0
+	}
+	return m.max[i-1]
+}
+
+// concurrentSchedule returns the tokens each round of the concurrent
+// subtest writes, one per writer: tokens 1 to concurrentPuts, rising from
+// round to round but shuffled across about three rounds, so that in most
+// rounds Puts race both lower and higher tokens, and some are refused.
+func concurrentSchedule(rng *rand.Rand) [][]fencedlock.Token {
+	const spread = 3 * concurrentWriters
+	type keyed struct {
+		token fencedlock.Token
+		key   float64
+	}
+	all := make([]keyed, concurrentPuts)
+	for i := range all {
+		all[i] = keyed{fencedlock.Token(i + 1), float64(i) + spread*rng.Float64()}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].key < all[j].key })
+	rounds := make([][]fencedlock.Token, concurrentPuts/concurrentWriters)
+	for k := range rounds {
+		rounds[k] = make([]fencedlock.Token, concurrentWriters)
+		for w, i := range rng.Perm(concurrentWriters) {
+			rounds[k][w] = all[k*concurrentWriters+i].token
+		}
+	}
+	return rounds
+}
+
+func testConcurrent(e *env) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	e.t.Logf("%d writers Put tokens 1 to %d in rounds, in an order drawn with seed %d; %d readers Get", concurrentWriters, concurrentPuts, seed, concurrentReaders)
+	r := e.res("concurrent")
+	schedule := concurrentSchedule(rng)
+
+	// The writers Put in rounds, all at once in each: start[k] starts
+	// round k, and round waits for its Puts to return.
+	var (
+		tick    atomic.Int64
+		start   = make([]chan struct{}, len(schedule))
+		round   sync.WaitGroup
+		done    atomic.Bool
+		writers sync.WaitGroup
+		readers sync.WaitGroup
+		puts    = make([][]op, concurrentWriters)
+		gets    = make([][]op, concurrentReaders)
+	)
+	for k := range start {
+		start[k] = make(chan struct{})
+	}
+	for w := 0; w < concurrentWriters; w++ {
+		w := w
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for k, tokens := range schedule {
+				<-start[k]
+				tok := tokens[w]
+				o := op{token: tok, inv: tick.Add(1)}
+				o.err = e.s.Put(e.ctx, r, tok, valueFor(tok))
+				o.resp = tick.Add(1)
+				puts[w] = append(puts[w], o)
+				round.Done()
+			}
+		}()
+	}
+	for g := 0; g < concurrentReaders; g++ {
+		g := g
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			<-start[0]
+			for i := 0; i < maxGetsPerReader && !done.Load(); i++ {
+				o := op{inv: tick.Add(1)}
+				o.value, o.token, o.err = e.s.Get(e.ctx, r)
+				o.resp = tick.Add(1)
+				gets[g] = append(gets[g], o)
+			}
+		}()
+	}
+	for k := range start {
+		round.Add(concurrentWriters)
+		close(start[k])
+		round.Wait()
+	}
+	writers.Wait()
+	done.Store(true)
+	readers.Wait()
+
+	v := &violations{e: e}
+	accepted := make(map[fencedlock.Token]op)
+	var acceptedOps []op
+	var highest fencedlock.Token
+	for _, ops := range puts {
+		for _, o := range ops {
+			if o.err == nil {
+				accepted[o.token] = o
+				acceptedOps = append(acceptedOps, o)
+				if o.token > highest {
+					highest = o.token
+				}
+			}
+		}
+	}
+
+	// (b) Every refusal is a *StaleTokenError naming an accepted, higher
+	// token that was written before the refusal returned.
+	for _, ops := range puts {
+		for _, o := range ops {
+			if o.err == nil {
+				continue
+			}
+			var se *fencedlock.StaleTokenError
+			if !errors.As(o.err, &se) {
+				v.report(ruleAtomic, "concurrent Put(%q, token %d) = %v; want it accepted or a *fencedlock.StaleTokenError", r, o.token, o.err)
+				continue
+			}
+			if se.Resource != r || se.Token != o.token {
+				v.report(ruleStaleToken, "concurrent Put(%q, token %d) = &StaleTokenError{Resource: %q, Token: %d}; want Resource %q, Token %d", r, o.token, se.Resource, se.Token, r, o.token)
+			}
+			w, ok := accepted[se.Current]
+			switch {
+			case se.Current <= o.token:
+				v.report(ruleAtomic, "concurrent Put(%q, token %d) was refused with Current %d, not above its token", r, o.token, se.Current)
+			case !ok:
+				v.report(ruleAtomic, "concurrent Put(%q, token %d) was refused with Current %d, a token no accepted Put wrote", r, o.token, se.Current)
+			case w.inv > o.resp:
+				v.report(ruleAtomic, "concurrent Put(%q, token %d) was refused with Current %d, written by a Put that began after the refusal returned", r, o.token, se.Current)
+			}
+		}
+	}
+
+	// (c) No Put is accepted after a Put with a higher token returned.
+	doneBefore := newMaxBefore(acceptedOps)
+	for _, o := range acceptedOps {
+		if hi := doneBefore.at(o.inv); hi > o.token {
+			v.report(ruleAtomic, "concurrent Put(%q, token %d) was accepted although Put(token %d) had been accepted and returned before it began", r, o.token, hi)
+		}
+	}
+
+	// (a) The store ends with the highest accepted token and its value.
+	val, tok, err := e.s.Get(e.ctx, r)
+	switch {
+	case err != nil:
+		v.report(ruleAtomic, "after concurrent Puts, Get(%q) = %v; want token %d", r, err, highest)
+	case tok != highest || !bytes.Equal(val, valueFor(tok)):
+		v.report(ruleAtomic, "after concurrent Puts of tokens 1 to %d, Get(%q) = (%s, token %d); want token %d, the highest accepted, with %s",
+			concurrentPuts, r, show(val), tok, highest, show(valueFor(highest)))
+	}
+
+	// Gets: each read a pair one accepted Put wrote, no older than what
+	// completed before it began, and never going back.
+	var allGets []op
+	for g, ops := range gets {
+		var last fencedlock.Token
+		for i, o := range ops {
+			if o.err != nil && !errors.Is(o.err, fencedlock.ErrNotFound) {
+				v.report(ruleRoundTrip, "concurrent Get(%q) = %v; want a value or an error wrapping fencedlock.ErrNotFound", r, o.err)
+				continue
+			}
+			if o.err != nil {
+				o.token, o.value = 0, nil
+			} else {
+				w, ok := accepted[o.token]
+				switch {
+				case !ok:
+					v.report(ruleTornRead, "concurrent Get(%q) = (%s, token %d): no accepted Put wrote token %d", r, show(o.value), o.token, o.token)
+				case !bytes.Equal(o.value, valueFor(o.token)):
+					v.report(ruleTornRead, "concurrent Get(%q) = (%s, token %d); the Put with token %d wrote %s", r, show(o.value), o.token, o.token, show(valueFor(o.token)))
+				case w.inv > o.resp:
+					v.report(ruleStaleRead, "concurrent Get(%q) returned token %d, written by a Put that began after the Get returned", r, o.token)
+				}
+			}
+			if hi := doneBefore.at(o.inv); o.token < hi {
+				v.report(ruleStaleRead, "concurrent Get(%q) = token %d (0: not found), but Put(token %d) had been accepted and returned before the Get began", r, o.token, hi)
+			}
+			if o.token < last {
+				v.report(ruleMonotonic, "reader %d: Get %d of %q = token %d (0: not found) after an earlier Get read token %d", g, i, r, o.token, last)
+			}
+			last = o.token
+			allGets = append(allGets, o)
+		}
+	}
+	readBefore := newMaxBefore(allGets)
+	for _, o := range allGets {
+		if hi := readBefore.at(o.inv); o.token < hi {
+			v.report(ruleStaleRead, "concurrent Get(%q) = token %d (0: not found), but another Get that returned before it began read token %d", r, o.token, hi)
+		}
+	}
+	e.t.Logf("%d of %d Puts accepted, %d Gets", len(acceptedOps), concurrentPuts, len(allGets))
+}
