@@ -1,0 +1,120 @@
+// Package fencedlock provides distributed locks on Redis whose every grant
+// carries a rising fencing token, and storage that checks the token on
+// every write, so that a holder whose lock expired cannot overwrite the
+// work of the holder that came after it.
+//
+// # The problem
+//
+// A lock with a TTL (SET key owner NX PX 30000) stops a crashed holder from
+// blocking others forever. It does not stop a holder that is alive but
+// paused: a garbage-collection pause, page faults, SIGSTOP, a slow disk or
+// a long network delay can last longer than the TTL. The lock expires,
+// another process acquires it, and when the first holder resumes it still
+// believes it holds the lock and writes over the new holder's work.
+// Checking the lock's TTL just before writing does not help, because the
+// pause can fall between the check and the write. Only the storage can
+// refuse the late write, and only if every write carries a number that
+// tells an old grant from a new one.
+//
+// # The model
+//
+// A [Locker] grants a lock on a named resource together with a [Token], in
+// one Redis script: SET NX PX takes the lock and INCR on a per-resource
+// counter yields the token, atomically, in one round trip. Every grant of
+// a resource gets a token higher than every earlier grant of it;
+// [Lock.Refresh] extends the lock and keeps its token. [Locker.TryAcquire]
+// makes one attempt and returns [ErrNotAcquired] when the lock is held;
+// [Locker.Acquire] waits for it until its context is done.
+//
+// The holder passes [Lock.Token] with every write to a [Store]. The store
+// compares it with the token stored next to the resource's value, in the
+// same atomic step as the write: a token equal to or higher than the
+// stored one passes and is stored with the new value (equal passes because
+// one holder writes many times); a lower one is refused with a
+// [*StaleTokenError] and nothing changes. [CheckToken] is that rule,
+// written once; [MemoryStore] and [RedisStore] apply it, and so must any
+// other Store.
+//
+// # When a write is refused
+//
+// An error matching [ErrStaleToken] (every *StaleTokenError does, with
+// errors.Is) means the writer lost its lock and someone newer has written
+// since. Retrying the same write is useless: the token stays too low. The
+// writer stops, drops what it read under the old lock, acquires the lock
+// again (getting a higher token), reads the resource again and redoes its
+// operation on the current state. A service that fences writes on behalf
+// of remote clients answers 409 Conflict, with the resource, the rejected
+// token and the current one in the body; use errors.As to read them from
+// the *StaleTokenError.
+//
+// # TTL, heartbeat and fencing
+//
+// These are three different things, and only the third one is safety:
+//
+//   - The TTL bounds how long a crashed holder keeps others out. It is
+//     liveness.
+//   - A heartbeat extends the TTL while the holder works, so that long work
+//     is not cut short by expiry, and tells the holder when the lock is
+//     gone. It is efficiency. For now, refresh the lock with [Lock.Refresh]
+//     at an interval well below the TTL, and stop when it returns
+//     [ErrLockLost]. A paused holder misses its heartbeat too, so no TTL
+//     and no heartbeat makes writes safe.
+//   - Fencing, the token on every write and the store's check of it, is
+//     what keeps a stale holder's writes out.
+//
+// # What is promised
+//
+// A fenced store never accepts a write for a resource with a token lower
+// than one it has already accepted for that resource. This holds whatever
+// happens in between: process pauses, network delays, clock jumps, Redis
+// restarts, flushes and failovers. It rests on the store alone, so it
+// holds only if the store keeps its tokens durably and commits each token
+// in the same atomic step as its value.
+//
+// What is not promised: that two processes never believe at the same time
+// that they hold the lock. No lock based on leases can promise that, since
+// a paused holder cannot learn that its lease ran out; fencing makes the
+// overlap harmless. Nor are tokens promised to rise by one, to be unique
+// across resources, or to be comparable between resources.
+//
+// Tokens are seeded from the Redis clock. When the counter key is missing
+// (first use, FLUSHALL, eviction, a restart without persistence, a
+// failover to a replica that missed the INCR) the grant seeds it from the
+// server's TIME in microseconds before incrementing. Counters rise by one
+// per grant, far slower than the clock, so a re-seeded counter starts
+// above every token handed out before, unless the clock of the server that
+// re-seeds it is behind. If it is, stores refuse the new holders' writes
+// (safety holds), each refusal reports the store's token in
+// StaleTokenError.Current, and [Locker.Advance] raises the counter past it.
+//
+// # Keys and Redis Cluster
+//
+// The keys of resource R are "<prefix>:{R}:lock", which holds a random
+// 128-bit owner nonce so that only the holder can refresh or release the
+// lock, "<prefix>:{R}:token", the counter, which has no TTL, and, for a
+// RedisStore, "<prefix>:{R}:value". The prefix is [DefaultPrefix] unless
+// [WithPrefix] or [WithStorePrefix] sets another; Lockers exclude each
+// other only when they share Redis and prefix. The braces are a Redis
+// Cluster hash tag: all keys of one resource are in one hash slot, so the
+// library's multi-key scripts are legal on a cluster, and the client can
+// be any redis.UniversalClient: a single node, a Sentinel failover client
+// or a cluster client. A resource whose name begins with "}" is refused
+// with [ErrInvalidArgument], because its keys would have an empty hash
+// tag and be spread over slots.
+//
+// # Writing a Store
+//
+// A store of your own (a SQL row, a document, a file) calls [CheckToken]
+// inside its own transaction, with the current token read under the same
+// lock or snapshot as the write, and stores the writer's token next to the
+// value in that transaction. Package
+// [github.com/fencedlock/fencedlock/fencetest] checks a Store against the
+// contract, concurrent writes included; run it with -race.
+//
+// # Concurrency
+//
+// [Locker], [Lock], [MemoryStore] and [RedisStore] are safe for concurrent
+// use by multiple goroutines. A Locker keeps no lock state in the process:
+// it is all in Redis, so Lockers in many processes coordinate through one
+// Redis.
+package fencedlock

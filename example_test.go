@@ -1,0 +1,339 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// The quick start: acquire a lock, write with its token, release.
+func Example() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	// Any redis.UniversalClient: a single node, Sentinel or Cluster.
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	locker := fencedlock.New(client)
+	store := fencedlock.NewRedisStore(client) // or your own fenced Store
+
+	lock, err := locker.TryAcquire(ctx, "order-queue", 30*time.Second)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, fencedlock.ErrNotAcquired): someone else holds it
+	}
+	// Every write carries the lock's token. The store refuses a token
+	// lower than one it has accepted, so a holder whose lock expired while
+	// it was paused cannot overwrite a newer holder's work.
+	if err := store.Put(ctx, "order-queue", lock.Token(), []byte("orders: 1001")); err != nil {
+		log.Fatal(err) // errors.Is(err, fencedlock.ErrStaleToken): lock lost, acquire again
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	value, token, err := store.Get(ctx, "order-queue")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s, written with the lock's token: %v\n", value, token == lock.Token())
+	// Output:
+	// orders: 1001, written with the lock's token: true
+}
+
+func ExampleLocker_TryAcquire() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+
+	a, err := locker.TryAcquire(ctx, "report", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// While A holds the lock, TryAcquire fails at once.
+	_, err = locker.TryAcquire(ctx, "report", 30*time.Second)
+	fmt.Println("B while A holds it:", errors.Is(err, fencedlock.ErrNotAcquired))
+
+	if err := a.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	b, err := locker.TryAcquire(ctx, "report", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("B after A released, token higher than A's:", b.Token() > a.Token())
+	// Output:
+	// B while A holds it: true
+	// B after A released, token higher than A's: true
+}
+
+func ExampleLocker_Acquire() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	locker := fencedlock.New(client)
+
+	a, err := locker.TryAcquire(context.Background(), "report", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Acquire waits while the lock is held, for as long as ctx allows.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = locker.Acquire(ctx, "report", 30*time.Second)
+	cancel()
+	fmt.Println("gave up:", errors.Is(err, fencedlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded))
+
+	// A releases while B waits: B gets the lock.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		if err := a.Release(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := locker.Acquire(ctx, "report", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("B acquired after A released, with a higher token:", b.Token() > a.Token())
+	// Output:
+	// gave up: true true
+	// B acquired after A released, with a higher token: true
+}
+
+// A holder pauses past its TTL, a new holder takes over, and the old
+// holder's late write is refused.
+func ExampleStaleTokenError() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	// A new token counter is seeded from the Redis clock (TIME) in
+	// microseconds. Fix miniredis's clock so the tokens printed are the
+	// same on every run.
+	mr.SetTime(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+	store := fencedlock.NewRedisStore(client)
+
+	a, err := locker.TryAcquire(ctx, "order-queue", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A pauses (a GC pause, SIGSTOP) for longer than its TTL: the lock
+	// expires and B acquires it.
+	mr.FastForward(31 * time.Second)
+	b, err := locker.TryAcquire(ctx, "order-queue", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Put(ctx, "order-queue", b.Token(), []byte("orders: 1001, 1003")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A resumes and, still believing it holds the lock, writes. The store
+	// refuses: A must acquire again, re-read and retry (over HTTP: 409).
+	err = store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001, 1002"))
+	var stale *fencedlock.StaleTokenError
+	if errors.As(err, &stale) {
+		fmt.Println("rejected token:", stale.Token)
+		fmt.Println("store holds:   ", stale.Current)
+	}
+	fmt.Println("ErrStaleToken:", errors.Is(err, fencedlock.ErrStaleToken))
+	fmt.Println(err)
+
+	value, _, err := store.Get(ctx, "order-queue")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("value: %s\n", value)
+	// Output:
+	// rejected token: 1704067200000001
+	// store holds:    1704067200000002
+	// ErrStaleToken: true
+	// fencedlock: stale fencing token 1704067200000001 for resource "order-queue": store holds 1704067200000002
+	// value: orders: 1001, 1003
+}
+
+// Redis lost the token counter and the clock that re-seeded it is behind:
+// the store refuses the new holder's writes until Advance raises the
+// counter past the store's token.
+func ExampleLocker_Advance() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	t0 := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	mr.SetTime(t0)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+	store := fencedlock.NewMemoryStore() // storage outside Redis
+
+	lock, err := locker.TryAcquire(ctx, "ledger", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Put(ctx, "ledger", lock.Token(), []byte("v1")); err != nil {
+		log.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	// The counter is lost (a failover to a replica that missed it, say)
+	// and the Redis clock that re-seeds it is an hour behind.
+	mr.Del(locker.TokenKey("ledger"))
+	mr.SetTime(t0.Add(-time.Hour))
+
+	lock, err = locker.TryAcquire(ctx, "ledger", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = store.Put(ctx, "ledger", lock.Token(), []byte("v2"))
+	var stale *fencedlock.StaleTokenError
+	if !errors.As(err, &stale) {
+		log.Fatalf("want a stale token error, got %v", err)
+	}
+	fmt.Println("rejected:", stale.Token, "store holds:", stale.Current)
+
+	// Safety held: the write was refused. Raise the counter past the
+	// store's token, then acquire again.
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := locker.Advance(ctx, "ledger", stale.Current); err != nil {
+		log.Fatal(err)
+	}
+	lock, err = locker.TryAcquire(ctx, "ledger", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("new token:", lock.Token())
+	fmt.Println("write error:", store.Put(ctx, "ledger", lock.Token(), []byte("v2")))
+	// Output:
+	// rejected: 1704063600000001 store holds: 1704067200000001
+	// new token: 1704067200000002
+	// write error: <nil>
+}
+
+func ExampleLock_Refresh() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+
+	lock, err := locker.TryAcquire(ctx, "report", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The holder refreshes well within the TTL while it works: the lock
+	// and its token are kept.
+	mr.FastForward(5 * time.Second)
+	fmt.Println("refresh:", lock.Refresh(ctx, 10*time.Second))
+
+	// A refresh that comes too late finds the lock gone: stop working.
+	mr.FastForward(11 * time.Second)
+	err = lock.Refresh(ctx, 10*time.Second)
+	fmt.Println("lost:", errors.Is(err, fencedlock.ErrLockLost))
+	// Output:
+	// refresh: <nil>
+	// lost: true
+}
+
+// A Store of your own applies the rule with CheckToken inside its own
+// transaction, and keeps the token with the value. Here the transaction
+// is a mutex around two maps; in SQL it is a transaction that reads the
+// token with SELECT ... FOR UPDATE and updates value and token together.
+func ExampleCheckToken() {
+	var (
+		mu     sync.Mutex
+		values = map[string]string{}
+		tokens = map[string]fencedlock.Token{}
+	)
+	put := func(resource string, token fencedlock.Token, value string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if err := fencedlock.CheckToken(resource, tokens[resource], token); err != nil {
+			return err // nothing changes
+		}
+		values[resource] = value
+		tokens[resource] = token
+		return nil
+	}
+
+	fmt.Println(put("queue", 7, "a"))   // first write
+	fmt.Println(put("queue", 7, "b"))   // equal passes: one holder, many writes
+	fmt.Println(put("queue", 8, "c"))   // higher passes: a newer holder
+	fmt.Println(put("queue", 7, "old")) // lower is refused
+	err := put("queue", 0, "none")      // zero is no token
+	fmt.Println(errors.Is(err, fencedlock.ErrInvalidToken))
+	fmt.Println(values["queue"], tokens["queue"])
+	// Output:
+	// <nil>
+	// <nil>
+	// <nil>
+	// fencedlock: stale fencing token 7 for resource "queue": store holds 8
+	// true
+	// c 8
+}
+
+func ExampleMemoryStore() {
+	var store fencedlock.MemoryStore // the zero value is ready to use
+	ctx := context.Background()
+
+	fmt.Println(store.Put(ctx, "config", 5, []byte("v1")))
+	fmt.Println(store.Put(ctx, "config", 5, []byte("v2")))
+	err := store.Put(ctx, "config", 4, []byte("late"))
+	fmt.Println(errors.Is(err, fencedlock.ErrStaleToken))
+
+	value, token, err := store.Get(ctx, "config")
+	fmt.Printf("%s %d %v\n", value, token, err)
+
+	_, _, err = store.Get(ctx, "missing")
+	fmt.Println(errors.Is(err, fencedlock.ErrNotFound))
+	// Output:
+	// <nil>
+	// <nil>
+	// true
+	// v2 5 <nil>
+	// true
+}
