@@ -73,3 +73,23 @@ func BenchmarkRedisStorePutParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBaselineSetNXDel is the floor the cycle is measured against: a
+// bare SET NX PX and DEL, with no token and no owner check on release (an
+// unsafe lock). Same round trips as BenchmarkAcquireRelease.
+func BenchmarkBaselineSetNXDel(b *testing.B) {
+	be := redistest.Real(b)
+	ctx := context.Background()
+	key := be.Prefix + ":{bench}:lock"
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ok, err := be.Client.SetNX(ctx, key, "owner", 10*time.Second).Result()
+		if err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := be.Client.Del(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -102,11 +102,15 @@ func checkResource(prefix, resource string) error {
 		return invalidArg("empty resource name")
 	}
 	// Redis Cluster hashes the text between the first "{" and the next
-	// "}". An empty tag makes it hash whole keys, which would put the keys
-	// of one resource in different slots.
-	key := keyFor(prefix, resource, "lock")
-	if i := strings.IndexByte(key, '{'); i >= 0 && i+1 < len(key) && key[i+1] == '}' {
-		return invalidArg("key %q of resource %q has an empty hash tag", key, resource)
+	// "}" of a key. An empty tag makes it hash whole keys, which would put
+	// the keys of one resource in different slots. The first "{" is the
+	// prefix's, if it has one, else the one before the resource.
+	if i := strings.IndexByte(prefix, '{'); i >= 0 {
+		if i+1 < len(prefix) && prefix[i+1] == '}' {
+			return invalidArg("prefix %q gives keys an empty hash tag", prefix)
+		}
+	} else if resource[0] == '}' {
+		return invalidArg("resource %q begins with \"}\", which gives its keys an empty hash tag", resource)
 	}
 	return nil
 }
@@ -133,13 +137,19 @@ func (l *Locker) check(resource string) error {
 	return checkResource(l.prefix, resource)
 }
 
-// newOwner returns a random 128-bit owner nonce in hex.
-func newOwner() (string, error) {
+// newLock returns an ungranted Lock on resource with a fresh random
+// 128-bit owner nonce.
+func (l *Locker) newLock(resource string) (*Lock, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
+		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	return &Lock{
+		locker:   l,
+		resource: resource,
+		keys:     [2]string{l.LockKey(resource), l.TokenKey(resource)},
+		owner:    hex.EncodeToString(b[:]),
+	}, nil
 }
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
@@ -159,47 +169,47 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		return nil, err
 	}
-	owner, err := newOwner()
+	lock, err := l.newLock(resource)
 	if err != nil {
 		return nil, err
 	}
-	lock, _, err := l.attempt(ctx, resource, owner, ms)
+	granted, _, err := l.attempt(ctx, lock, ms)
 	if err != nil {
 		return nil, err
 	}
-	if lock == nil {
+	if !granted {
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, resource)
 	}
 	return lock, nil
 }
 
-// attempt runs the acquire script once. It returns the Lock when granted,
-// or nil and the holder's remaining TTL when the lock is held.
-func (l *Locker) attempt(ctx context.Context, resource, owner string, ms int64) (*Lock, time.Duration, error) {
-	keys := []string{l.LockKey(resource), l.TokenKey(resource)}
-	res, err := acquireScript.Run(ctx, l.client, keys, owner, ms).Slice()
+// attempt runs the acquire script once for an ungranted lock. When
+// granted it sets lock's token and reports true; when the lock is held it
+// reports false and the holder's remaining TTL.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.Duration, error) {
+	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms).Slice()
 	if err != nil {
 		if !isServerError(err) {
 			// The grant may have happened with its reply lost: free it.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			releaseScript.Run(cctx, l.client, keys[:1], owner)
+			releaseScript.Run(cctx, l.client, lock.keys[:1], lock.owner)
 			cancel()
 		}
-		return nil, 0, scriptErr("acquire", resource, err, keys...)
+		return false, 0, scriptErr("acquire", lock.resource, err, lock.keys[:]...)
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", resource, res)
+		return false, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
 	}
-	granted, _ := res[0].(int64)
-	if granted != 1 {
+	if granted, _ := res[0].(int64); granted != 1 {
 		pttl, _ := res[1].(int64)
-		return nil, time.Duration(pttl) * time.Millisecond, nil
+		return false, time.Duration(pttl) * time.Millisecond, nil
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
-		return nil, 0, fmt.Errorf("fencedlock: acquire %q: %w", resource, err)
+		return false, 0, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
 	}
-	return &Lock{locker: l, resource: resource, owner: owner, key: keys[0], token: token}, 0, nil
+	lock.token = token
+	return true, 0, nil
 }
 
 // tokenFromReply converts a token from a script reply: an integer, or a
@@ -265,7 +275,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	if cfg.maxDelay < cfg.minDelay {
 		cfg.maxDelay = cfg.minDelay
 	}
-	owner, err := newOwner()
+	lock, err := l.newLock(resource)
 	if err != nil {
 		return nil, err
 	}
@@ -279,14 +289,14 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
 		}
-		lock, holderTTL, err := l.attempt(ctx, resource, owner, ms)
+		granted, holderTTL, err := l.attempt(ctx, lock, ms)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctxErr)
 			}
 			return nil, err
 		}
-		if lock != nil {
+		if granted {
 			return lock, nil
 		}
 		wait := delay/2 + time.Duration(mrand.Int63n(int64(delay/2)+1))
@@ -338,9 +348,9 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 type Lock struct {
 	locker   *Locker
 	resource string
-	owner    string // 128-bit random nonce, in hex, held in the lock key
-	key      string
-	token    Token
+	keys     [2]string // lock key, token key
+	owner    any       // 128-bit random nonce in hex, held in the lock key; boxed once for script arguments
+	token    Token     // zero until granted
 }
 
 // Resource returns the name of the locked resource.
@@ -371,9 +381,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	n, err := refreshScript.Run(ctx, k.locker.client, []string{k.key}, k.owner, ms).Int64()
+	n, err := refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ms).Int64()
 	if err != nil {
-		return scriptErr("refresh", k.resource, err, k.key)
+		return scriptErr("refresh", k.resource, err, k.keys[0])
 	}
 	if n != 1 {
 		return k.lost()
@@ -390,9 +400,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
+	n, err := releaseScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
 	if err != nil {
-		return scriptErr("release", k.resource, err, k.key)
+		return scriptErr("release", k.resource, err, k.keys[0])
 	}
 	if n != 1 {
 		return k.lost()
@@ -408,9 +418,9 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.check(); err != nil {
 		return 0, err
 	}
-	ms, err := pttlScript.Run(ctx, k.locker.client, []string{k.key}, k.owner).Int64()
+	ms, err := pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
 	if err != nil {
-		return 0, scriptErr("ttl", k.resource, err, k.key)
+		return 0, scriptErr("ttl", k.resource, err, k.keys[0])
 	}
 	if ms == -3 {
 		return 0, k.lost()
