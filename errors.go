@@ -38,10 +38,14 @@ var (
 	// The wrapping error names the argument.
 	ErrInvalidArgument = errors.New("fencedlock: invalid argument")
 
-	// ErrCorrupt means Redis holds a value the library did not write where
-	// it keeps its own state, such as a token counter that is not a
-	// non-negative integer. The wrapping error names the key. The library
-	// changes nothing when it finds one; repair or delete the key.
+	// ErrCorrupt means a key where the library keeps its state holds what
+	// the library cannot use: a value it did not write (a token counter
+	// that is not a decimal integer, a key of another Redis type), or a
+	// token counter at 2^63-1 that can grant no higher token. The wrapping
+	// error names the key. The library changes nothing when it finds one.
+	// Repair the key by hand; deleting a token counter re-seeds it from the
+	// Redis clock, which may be below tokens already granted (see
+	// Locker.Advance).
 	ErrCorrupt = errors.New("fencedlock: corrupt state in redis")
 )
 

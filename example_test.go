@@ -292,7 +292,7 @@ func ExampleCheckToken() {
 	put := func(resource string, token fencedlock.Token, value string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if err := fencedlock.CheckToken(resource, tokens[resource], token); err != nil {
+		if err := fencedlock.CheckToken(resource, token, tokens[resource]); err != nil {
 			return err // nothing changes
 		}
 		values[resource] = value

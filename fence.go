@@ -3,8 +3,9 @@ package fencedlock
 import "fmt"
 
 // CheckToken is the fencing rule, the one every Store applies to every
-// write. current is the token stored with the resource's value (zero when
-// the resource has no value yet) and token is the writer's.
+// write. token is the writer's and current is the token stored with the
+// resource's value (zero when the resource has no value yet), in the order
+// of the fields of StaleTokenError.
 //
 // It returns nil when token >= current: the write may proceed, and the
 // store must record token next to the value in the same atomic step. Equal
@@ -15,7 +16,7 @@ import "fmt"
 // A Store written outside this package calls CheckToken inside its own
 // transaction, with current read under the same lock or snapshot as the
 // write; package fencetest checks that it does.
-func CheckToken(resource string, current, token Token) error {
+func CheckToken(resource string, token, current Token) error {
 	if token == 0 {
 		return fmt.Errorf("%w: zero token for resource %q", ErrInvalidToken, resource)
 	}

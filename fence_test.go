@@ -31,7 +31,7 @@ func TestCheckToken(t *testing.T) {
 	for _, tc := range tests {
 		tc := tc
 		t.Run(tc.name, func(t *testing.T) {
-			err := fencedlock.CheckToken("res", tc.current, tc.token)
+			err := fencedlock.CheckToken("res", tc.token, tc.current)
 			switch {
 			case tc.wantStale:
 				var se *fencedlock.StaleTokenError
@@ -61,7 +61,7 @@ func TestStaleTokenErrorMessage(t *testing.T) {
 }
 
 func TestStaleTokenErrorWrapping(t *testing.T) {
-	orig := fencedlock.CheckToken("r", 7, 3)
+	orig := fencedlock.CheckToken("r", 3, 7)
 	require.Error(t, orig)
 
 	wrapped := fmt.Errorf("saving order: %w", fmt.Errorf("put: %w", orig))

@@ -28,6 +28,9 @@ const cleanupTimeout = time.Second
 // so Lockers in many processes sharing one Redis (and one prefix)
 // coordinate with each other.
 //
+// Make a Locker with New. The zero Locker has no client: its methods
+// return errors wrapping ErrInvalidArgument.
+//
 // A Locker is safe for concurrent use by multiple goroutines.
 type Locker struct {
 	client redis.UniversalClient
@@ -35,13 +38,16 @@ type Locker struct {
 	err    error // set by New for a configuration that cannot work
 }
 
-// Option configures a Locker.
+// Option configures a Locker in New. The one option is WithPrefix; a nil
+// Option is ignored.
 type Option func(*Locker)
 
 // WithPrefix sets the namespace of the Locker's keys: a resource R uses
 // the keys "<prefix>:{R}:lock" and "<prefix>:{R}:token". The default is
 // DefaultPrefix. An empty prefix gives "{R}:lock" and "{R}:token". Lockers
-// that must exclude each other need the same prefix.
+// that must exclude each other need the same prefix. A prefix holding "{}"
+// would give every key an empty Redis Cluster hash tag; with it, every
+// call returns an error wrapping ErrInvalidArgument.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) { l.prefix = prefix }
 }
@@ -51,7 +57,8 @@ func WithPrefix(prefix string) Option {
 // Cluster client.
 //
 // New does not contact Redis. A nil client does not panic: every method of
-// the returned Locker returns an error wrapping ErrInvalidArgument.
+// the returned Locker that would contact Redis returns an error wrapping
+// ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l := &Locker{client: client, prefix: DefaultPrefix}
 	for _, opt := range opts {
@@ -138,7 +145,8 @@ func (l *Locker) check(resource string) error {
 }
 
 // newLock returns an ungranted Lock on resource with a fresh random
-// 128-bit owner nonce.
+// 128-bit owner nonce, hex-encoded and followed by ':', the separator
+// between the nonce and the token in the lock key's value.
 func (l *Locker) newLock(resource string) (*Lock, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -148,7 +156,7 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 		locker:   l,
 		resource: resource,
 		keys:     [2]string{l.LockKey(resource), l.TokenKey(resource)},
-		owner:    hex.EncodeToString(b[:]),
+		owner:    hex.EncodeToString(b[:]) + ":",
 	}, nil
 }
 
@@ -158,9 +166,16 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 // returns an error wrapping ErrNotAcquired.
 //
 // ttl must be at least one millisecond; it is rounded down to whole
-// milliseconds. If the reply is lost (a network error or ctx ending while
-// the command is in flight) TryAcquire deletes the lock it may have been
-// granted, within a short detached timeout, and returns the error.
+// milliseconds. A done ctx returns its error at once.
+//
+// A lost reply does not leave an orphaned lock. The script is idempotent
+// for its owner: when the client sends it again (go-redis retries after a
+// network error) a lock already granted to this attempt is returned again,
+// with its token. When no reply arrives at all (every retry failed, or ctx
+// ended while the command was in flight), TryAcquire returns the error and
+// deletes the lock it may have been granted, as a best effort within a
+// short detached timeout; if that fails too, the lock stays until its TTL
+// runs out, and the returned error says so.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -168,6 +183,9 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	ms, err := ttlMillis(ttl)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fencedlock: acquire %q: %w", resource, err)
 	}
 	lock, err := l.newLock(resource)
 	if err != nil {
@@ -189,13 +207,17 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.Duration, error) {
 	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms).Slice()
 	if err != nil {
+		err = scriptErr("acquire", lock.resource, err, lock.keys[:]...)
 		if !isServerError(err) {
 			// The grant may have happened with its reply lost: free it.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			releaseScript.Run(cctx, l.client, lock.keys[:1], lock.owner)
+			cerr := releaseScript.Run(cctx, l.client, lock.keys[:1], lock.owner).Err()
 			cancel()
+			if cerr != nil {
+				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
+			}
 		}
-		return false, 0, scriptErr("acquire", lock.resource, err, lock.keys[:]...)
+		return false, 0, err
 	}
 	if len(res) != 2 {
 		return false, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
@@ -285,7 +307,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 			timer.Stop()
 		}
 	}()
-	for delay := cfg.minDelay; ; delay = min(2*delay, cfg.maxDelay) {
+	for delay := cfg.minDelay; ; delay = nextDelay(delay, cfg.maxDelay) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
 		}
@@ -316,6 +338,14 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	}
 }
 
+// nextDelay doubles delay up to maxDelay, without overflowing.
+func nextDelay(delay, maxDelay time.Duration) time.Duration {
+	if delay > maxDelay/2 {
+		return maxDelay
+	}
+	return 2 * delay
+}
+
 // maxFloor is the highest floor Advance takes: the counter must stay
 // below 2^63-1 for INCR to raise it.
 const maxFloor = math.MaxInt64 - 1
@@ -327,6 +357,9 @@ const maxFloor = math.MaxInt64 - 1
 // is not below the tokens this Locker grants: the counter was lost and the
 // Redis clock that re-seeded it is behind. floor must be from 1 to
 // 2^63-2; otherwise the error wraps ErrInvalidToken and nothing changes.
+// A missing counter is seeded from the Redis clock as on acquire, but
+// never below floor. Tokens above MaxRedisStoreToken are refused by a
+// RedisStore: a floor taken from a RedisStore's Current never gets there.
 func (l *Locker) Advance(ctx context.Context, resource string, floor Token) error {
 	if err := l.check(resource); err != nil {
 		return err
@@ -344,12 +377,16 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 // Lock is a granted lock on one resource, with the fencing token of its
 // grant. Pass Token with every write to the protected resource.
 //
+// Get a Lock from a Locker. The methods of a nil or zero Lock return
+// errors wrapping ErrInvalidArgument (Resource and Token return zero
+// values).
+//
 // A Lock is safe for concurrent use by multiple goroutines.
 type Lock struct {
 	locker   *Locker
 	resource string
 	keys     [2]string // lock key, token key
-	owner    any       // 128-bit random nonce in hex, held in the lock key; boxed once for script arguments
+	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 }
 
@@ -371,8 +408,9 @@ func (k *Lock) Token() Token {
 }
 
 // Refresh sets the lock's TTL to ttl from now, if this Lock still holds
-// it. Otherwise it returns an error wrapping ErrLockLost and changes
-// nothing. ttl must be at least one millisecond.
+// it. Otherwise (the key expired, was deleted, or holds another owner's
+// value or a value of another type) it returns an error wrapping
+// ErrLockLost and changes nothing. ttl must be at least one millisecond.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.check(); err != nil {
 		return err

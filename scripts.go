@@ -16,6 +16,8 @@ var (
 	acquireLua string
 	//go:embed lua/advance.lua
 	advanceLua string
+	//go:embed lua/owner.lua
+	ownerLua string
 	//go:embed lua/release.lua
 	releaseLua string
 	//go:embed lua/refresh.lua
@@ -31,9 +33,9 @@ var (
 var (
 	acquireScript = redis.NewScript(counterLua + acquireLua)
 	advanceScript = redis.NewScript(counterLua + advanceLua)
-	releaseScript = redis.NewScript(releaseLua)
-	refreshScript = redis.NewScript(refreshLua)
-	pttlScript    = redis.NewScript(pttlLua)
+	releaseScript = redis.NewScript(ownerLua + releaseLua)
+	refreshScript = redis.NewScript(ownerLua + refreshLua)
+	pttlScript    = redis.NewScript(ownerLua + pttlLua)
 	putScript     = redis.NewScript(putLua)
 )
 
@@ -63,5 +65,5 @@ func scriptErr(op, resource string, err error, keys ...string) error {
 // and failed) rather than a failure to deliver the command or its reply.
 func isServerError(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.ErrClosed)
+	return errors.As(err, &rerr)
 }

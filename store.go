@@ -20,6 +20,10 @@ type Store interface {
 	// next to it in the same atomic step. A lower token returns a
 	// *StaleTokenError and changes nothing; so do a zero token (an error
 	// wrapping ErrInvalidToken) and an empty resource (ErrInvalidArgument).
+	//
+	// After any other error (the network, ctx ending) the write may or may
+	// not have happened. Putting the same value with the same token again
+	// is safe: an equal token passes.
 	Put(ctx context.Context, resource string, token Token, value []byte) error
 
 	// Get returns resource's value and the token that wrote it, or an
@@ -59,7 +63,7 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 	if s.data == nil {
 		s.data = make(map[string]memoryEntry)
 	}
-	if err := CheckToken(resource, s.data[resource].token, token); err != nil {
+	if err := CheckToken(resource, token, s.data[resource].token); err != nil {
 		return err
 	}
 	s.data[resource] = memoryEntry{value: append([]byte{}, value...), token: token}
@@ -92,6 +96,9 @@ const MaxRedisStoreToken Token = 1<<53 - 1
 // Redis hash, "<prefix>:{<resource>}:value", in the same hash slot as the
 // resource's lock keys when the prefixes match. Put is one round trip.
 //
+// Make a RedisStore with NewRedisStore. The zero RedisStore has no
+// client: its methods return errors wrapping ErrInvalidArgument.
+//
 // A RedisStore is safe for concurrent use by multiple goroutines.
 type RedisStore struct {
 	client redis.UniversalClient
@@ -99,18 +106,21 @@ type RedisStore struct {
 	err    error // set by NewRedisStore for a configuration that cannot work
 }
 
-// StoreOption configures a RedisStore.
+// StoreOption configures a RedisStore in NewRedisStore. The one option is
+// WithStorePrefix; a nil StoreOption is ignored.
 type StoreOption func(*RedisStore)
 
 // WithStorePrefix sets the namespace of the store's keys. The default is
-// DefaultPrefix; an empty prefix gives "{<resource>}:value".
+// DefaultPrefix; an empty prefix gives "{<resource>}:value". A prefix
+// holding "{}" would give every key an empty Redis Cluster hash tag; with
+// it, Put and Get return an error wrapping ErrInvalidArgument.
 func WithStorePrefix(prefix string) StoreOption {
 	return func(s *RedisStore) { s.prefix = prefix }
 }
 
 // NewRedisStore returns a RedisStore that keeps its values in the Redis
 // behind client. It does not contact Redis. A nil client does not panic:
-// every method returns an error wrapping ErrInvalidArgument.
+// Put and Get return an error wrapping ErrInvalidArgument.
 func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStore {
 	s := &RedisStore{client: client, prefix: DefaultPrefix}
 	for _, opt := range opts {
@@ -167,7 +177,7 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return fmt.Errorf("fencedlock: put %q: stored token: %w", resource, err)
 	}
 	// The script applied the rule; CheckToken builds the error it gives.
-	if err := CheckToken(resource, current, token); err != nil {
+	if err := CheckToken(resource, token, current); err != nil {
 		return err
 	}
 	return fmt.Errorf("fencedlock: put %q: script refused token %d against stored %d", resource, token, current)

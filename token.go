@@ -17,9 +17,11 @@ type Token uint64
 const maxTokenDigits = 20
 
 // ParseToken parses the decimal form of a token, as String and MarshalText
-// produce it. It accepts ASCII digits only (no sign, space or prefix) and
-// returns an error wrapping ErrInvalidToken for anything else, for a value
-// that overflows 64 bits, and for zero.
+// produce it. It accepts ASCII digits only (no sign, space or prefix;
+// leading zeros are allowed, up to 64 characters in all, a bound on the
+// work an untrusted input can cause) and returns an error wrapping
+// ErrInvalidToken for anything else, for a value that overflows 64 bits,
+// and for zero.
 func ParseToken(s string) (Token, error) {
 	if s == "" {
 		return 0, fmt.Errorf("%w: empty string", ErrInvalidToken)

@@ -352,7 +352,7 @@ func (s *brokenStore) key(resource string) string {
 
 func (s *brokenStore) check(resource string, current, token fencedlock.Token) error {
 	if token == 0 && s.flaw != acceptsZero {
-		return fencedlock.CheckToken(resource, current, token)
+		return fencedlock.CheckToken(resource, token, current)
 	}
 	switch s.flaw {
 	case ignoresToken:
@@ -378,7 +378,7 @@ func (s *brokenStore) check(resource string, current, token fencedlock.Token) er
 		}
 		return nil
 	}
-	return fencedlock.CheckToken(resource, current, token)
+	return fencedlock.CheckToken(resource, token, current)
 }
 
 func (s *brokenStore) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {

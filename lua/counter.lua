@@ -33,9 +33,13 @@ local function read_counter(key)
     return nil
   end
   local c = digits(raw)
-  if not c or not less(c, '9223372036854775807') then
+  if not c then
     return redis.error_reply('FENCEDLOCK_CORRUPT token counter ' .. key ..
-      ' does not hold an integer from 0 to 2^63-2')
+      ' does not hold a decimal integer from 0 to 2^63-2')
+  end
+  if not less(c, '9223372036854775807') then
+    return redis.error_reply('FENCEDLOCK_CORRUPT token counter ' .. key ..
+      ' has reached 2^63-1: it can grant no higher token')
   end
   return c
 end
