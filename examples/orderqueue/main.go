@@ -8,7 +8,7 @@
 //
 // By default it runs on an embedded miniredis with a 30s TTL and simulates
 // the pause by moving miniredis's clock forward. With -redis host:port it
-// runs on that Redis with a 300ms TTL and really sleeps past it.
+// runs on that Redis with a 2s TTL and really sleeps past it.
 //
 // It exits with status 0 when every step goes as told, and with status 1
 // and a message naming the step when one does not (for instance, when the
@@ -43,7 +43,7 @@ const resource = "order-queue"
 
 func main() {
 	addr := flag.String("redis", "", "`host:port` of a Redis to use instead of an embedded miniredis")
-	ttl := flag.Duration("ttl", 0, "lock TTL (default 30s on the embedded miniredis, 300ms with -redis)")
+	ttl := flag.Duration("ttl", 0, "lock TTL (default 30s on the embedded miniredis, 2s with -redis)")
 	prefix := flag.String("prefix", "", "key prefix (default \"fencedlock\" on the embedded miniredis; with -redis a fresh random one, whose keys are deleted at exit)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -88,7 +88,7 @@ func run(addr string, ttl time.Duration, prefix string) error {
 		}
 		s.pause = time.Sleep
 		if ttl == 0 {
-			ttl = 300 * time.Millisecond
+			ttl = 2 * time.Second
 		}
 		if prefix == "" {
 			var b [4]byte
