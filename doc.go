@@ -90,8 +90,8 @@
 // # Keys and Redis Cluster
 //
 // The keys of resource R are "<prefix>:{R}:lock", which holds a random
-// 128-bit owner nonce so that only the holder can refresh or release the
-// lock, "<prefix>:{R}:token", the counter, which has no TTL, and, for a
+// 128-bit owner nonce and the grant's token ("<nonce>:<token>") so that
+// only the holder can refresh or release the lock, "<prefix>:{R}:token", the counter, which has no TTL, and, for a
 // RedisStore, "<prefix>:{R}:value". The prefix is [DefaultPrefix] unless
 // [WithPrefix] or [WithStorePrefix] sets another; Lockers exclude each
 // other only when they share Redis and prefix. The braces are a Redis
