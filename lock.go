@@ -262,9 +262,10 @@ const (
 )
 
 // WithRetryDelay sets the bounds of the delay between Acquire's attempts
-// while the lock is held. The delay starts at minDelay and doubles up to maxDelay,
-// each wait drawn at random from its upper half, and never waits longer
-// than the holder's remaining TTL. Defaults: DefaultMinRetryDelay and
+// while the lock is held. The delay starts at minDelay and doubles up to
+// maxDelay, each wait drawn at random from its upper half, and no wait
+// outlasts the holder's remaining TTL (plus the millisecond PTTL rounds
+// away), so an expired lock is taken at once. Defaults: DefaultMinRetryDelay and
 // DefaultMaxRetryDelay. A minDelay below 1ms is raised to 1ms and a
 // maxDelay below minDelay is raised to minDelay.
 func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
@@ -322,8 +323,10 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 			return lock, nil
 		}
 		wait := delay/2 + time.Duration(mrand.Int63n(int64(delay/2)+1))
-		if holderTTL > 0 && holderTTL < wait {
-			wait = holderTTL
+		// PTTL counts whole milliseconds left, rounded down: 0 is the last
+		// one. A negative PTTL is a key without expiry: no bound.
+		if bound := holderTTL + time.Millisecond; holderTTL >= 0 && bound < wait {
+			wait = bound
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
