@@ -1,10 +1,15 @@
 package fencedlock_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,7 +204,9 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		owner, ok := ltGetKey(t, b, l.LockKey(res))
 		require.True(t, ok, "B's lock key must exist")
 
-		assert.ErrorIs(t, a.Refresh(ctx, 30*time.Second), fencedlock.ErrLockLost)
+		// A's late Refresh asks for far more than B's TTL, so an extension
+		// of B's lock would show in B's TTL below.
+		assert.ErrorIs(t, a.Refresh(ctx, time.Hour), fencedlock.ErrLockLost)
 		assert.ErrorIs(t, a.Release(ctx), fencedlock.ErrLockLost)
 		_, err := a.TTL(ctx)
 		assert.ErrorIs(t, err, fencedlock.ErrLockLost)
@@ -878,9 +886,9 @@ func TestCorruptCounter(t *testing.T) {
 	})
 }
 
-// A counter with leading zeros: real Redis's INCR refuses it, miniredis's
-// takes it. Either outcome of TryAcquire is fine, a token above the
-// counter or ErrCorrupt, as long as a failure leaves no lock behind.
+// A counter with leading zeros is not a value the library writes: the
+// acquire script refuses it on both backends (real Redis's INCR would
+// refuse it too, miniredis's would take it), and no lock is left behind.
 func TestCounterWithLeadingZeros(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
@@ -888,14 +896,11 @@ func TestCounterWithLeadingZeros(t *testing.T) {
 		const res = "zeros"
 		require.NoError(t, b.Client.Set(ctx, l.TokenKey(res), "007", 0).Err())
 		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
-		if err == nil {
-			assert.Equal(t, fencedlock.Token(8), lock.Token())
-			require.NoError(t, lock.Release(ctx))
-			return
-		}
 		assert.Nil(t, lock)
 		assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "error: %v", err)
 		assert.False(t, ltExists(t, b, l.LockKey(res)), "a failed TryAcquire left a lock behind (err %v)", err)
+		c, _ := ltGetKey(t, b, l.TokenKey(res))
+		assert.Equal(t, "007", c, "a failed TryAcquire changed the counter")
 	})
 }
 
@@ -1228,6 +1233,521 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Lost replies on the network. The tests above lose a reply in a client
+// hook; these cut it off on the wire, through redistest.Proxy, so go-redis
+// sees the connection end after Redis ran the command and re-sends it by
+// itself (MaxRetries).
+
+// ltProxied returns a Locker on b's Redis through a new proxy, with a
+// client that retries up to maxRetries times, and the proxy and client.
+func ltProxied(t *testing.T, b *redistest.Backend, maxRetries int) (*fencedlock.Locker, *redistest.Proxy, *redis.Client) {
+	t.Helper()
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: maxRetries})
+	t.Cleanup(func() { c.Close() })
+	return fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), p, c
+}
+
+// ltWarm readies c for dropping the replies of commands and nothing else.
+// It loads the lock scripts into Redis (a first EVALSHA would get NOSCRIPT
+// and be sent again as EVAL) and leaves n connections in c's pool with
+// their handshakes done: a new connection starts with HELLO and CLIENT
+// SETINFO, whose replies would take drops meant for the next command. The
+// proxy is paused while n Pings dial, so that each Ping holds a connection
+// of its own.
+func ltWarm(t *testing.T, ctx context.Context, fl *fencedlock.Locker, c *redis.Client, p *redistest.Proxy, n int) {
+	t.Helper()
+	ltGrant(t, ctx, fl, "warm-up")
+	p.Pause()
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() { errs <- c.Ping(ctx).Err() }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.PoolStats().TotalConns < uint32(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	p.Resume()
+	for i := 0; i < n; i++ {
+		require.NoError(t, <-errs)
+	}
+	require.GreaterOrEqual(t, c.PoolStats().IdleConns, uint32(n), "warm connections in the pool")
+	require.Zero(t, p.Dropped())
+}
+
+// ltAcquireCall is TryAcquire or Acquire, for tests that run both.
+type ltAcquireCall struct {
+	name string
+	call func(ctx context.Context, l *fencedlock.Locker, resource string) (*fencedlock.Lock, error)
+}
+
+var ltAcquireCalls = []ltAcquireCall{
+	{"TryAcquire", func(ctx context.Context, l *fencedlock.Locker, resource string) (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, resource, ltLongTTL)
+	}},
+	{"Acquire", func(ctx context.Context, l *fencedlock.Locker, resource string) (*fencedlock.Lock, error) {
+		return l.Acquire(ctx, resource, ltLongTTL)
+	}},
+}
+
+// The reply of a grant is cut off and go-redis re-sends the script: the
+// re-sent run finds the lock held by its own owner and returns the same
+// grant, so the caller gets the lock (not ErrNotAcquired while its own
+// grant blocks everyone for a TTL), and the counter rose once.
+func TestLostReplyOnTheNetworkIsGrantedOnRetry(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		for _, ac := range ltAcquireCalls {
+			ac := ac
+			t.Run(ac.name, func(t *testing.T) {
+				res := "net-lost-" + ac.name
+				fl, p, c := ltProxied(t, b, 3)
+				ltWarm(t, ctx, fl, c, p, 1)
+				before := ltGrant(t, ctx, l, res)
+
+				p.DropReplies(1)
+				// Short: without the retry's re-grant Acquire would wait for
+				// its own lock to expire.
+				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				lock, err := ac.call(actx, fl, res)
+				require.Equal(t, 1, p.Dropped(), "the proxy did not drop the acquire's reply")
+				require.NoError(t, err, "the re-sent acquire must return the grant its lost reply carried")
+				require.NotNil(t, lock)
+				assert.Equal(t, before+1, lock.Token(), "the grant must take the next token")
+
+				// The lock key is this Lock's: others are refused, its TTL
+				// and Release work.
+				_, err = l.TryAcquire(ctx, res, ltLongTTL)
+				assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+				ttl, err := lock.TTL(ctx)
+				require.NoError(t, err)
+				assert.Greater(t, ttl, ltLongTTL-5*time.Second)
+				require.NoError(t, lock.Release(ctx))
+				assert.False(t, ltExists(t, b, l.LockKey(res)))
+
+				// The counter rose once for the sent and the re-sent run.
+				assert.Equal(t, lock.Token()+1, ltGrant(t, ctx, l, res), "the re-sent acquire raised the counter again")
+			})
+		}
+	})
+}
+
+// Every run of the acquire loses its reply (MaxRetries 1: two runs, two
+// drops): the caller gets an error, not ErrNotAcquired, and the cleanup
+// release, which comes after the drops are used up, frees the grant.
+func TestLostReplyOnEveryRetryLeavesNoLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		for _, ac := range ltAcquireCalls {
+			ac := ac
+			t.Run(ac.name, func(t *testing.T) {
+				res := "net-lost-all-" + ac.name
+				fl, p, c := ltProxied(t, b, 1)
+				// Two warm connections: the retry runs on the second one,
+				// so the second drop takes the retry's reply, not the
+				// handshake of a new connection.
+				ltWarm(t, ctx, fl, c, p, 2)
+				before := ltGrant(t, ctx, l, res)
+
+				p.DropReplies(2)
+				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				lock, err := ac.call(actx, fl, res)
+				require.Equal(t, 2, p.Dropped(), "the proxy did not drop both replies")
+				assert.Nil(t, lock)
+				require.Error(t, err)
+				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "no attempt got a reply: the lock was not found held")
+				assert.NotErrorIs(t, err, context.DeadlineExceeded)
+				// The cleanup release got through (no drops were left for its
+				// reply), so the error does not report a failed cleanup, and
+				// no lock is left.
+				assert.NotContains(t, strings.ToLower(err.Error()), "releas")
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the grant whose replies were lost is still locked")
+
+				// The first run raised the counter; the re-sent one found its
+				// own grant and did not.
+				assert.Equal(t, before+2, ltGrant(t, ctx, l, res))
+			})
+		}
+	})
+}
+
+// The cleanup release loses its replies too (MaxRetries 1: two acquire
+// runs and two release runs, four drops). A dropped reply is cut off after
+// Redis ran the command, so the release did free the grant; but the caller
+// cannot know that, and the error must say the grant may stay locked until
+// its TTL ends.
+func TestLostReplyOfCleanupTooIsReported(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		for _, ac := range ltAcquireCalls {
+			ac := ac
+			t.Run(ac.name, func(t *testing.T) {
+				res := "net-lost-cleanup-" + ac.name
+				fl, p, c := ltProxied(t, b, 1)
+				ltWarm(t, ctx, fl, c, p, 4)
+				before := ltGrant(t, ctx, l, res)
+
+				p.DropReplies(4)
+				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				lock, err := ac.call(actx, fl, res)
+				require.Equal(t, 4, p.Dropped(), "the proxy did not drop the replies of both acquire and both release runs")
+				assert.Nil(t, lock)
+				require.Error(t, err)
+				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
+				assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released: %v", err)
+
+				// The release ran in Redis; only its replies were lost.
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the release whose replies were lost did not run")
+				assert.Equal(t, before+2, ltGrant(t, ctx, l, res))
+			})
+		}
+	})
+}
+
+// Huge retry delays do not overflow Acquire's backoff, and every wait is
+// capped by the holder's remaining TTL.
+func TestAcquireHugeRetryDelays(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		tests := []struct {
+			name               string
+			minDelay, maxDelay time.Duration
+		}{
+			{"MaxInt64", math.MaxInt64, math.MaxInt64},
+			{"1ms up to 2^62ns", time.Millisecond, 1 << 62},
+		}
+		for _, tc := range tests {
+			tc := tc
+			t.Run(tc.name, func(t *testing.T) {
+				res := "huge-delay-" + strings.ReplaceAll(tc.name, " ", "-")
+				if b.Real {
+					// The holder's lock expires for real: Acquire's waits are
+					// capped at its PTTL, so it gets the lock soon after.
+					start := time.Now()
+					holder := ltTryAcquire(t, ctx, l, res, 100*time.Millisecond)
+					actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					defer cancel()
+					var lock *fencedlock.Lock
+					err := ltNoPanic(func() (err error) {
+						lock, err = l.Acquire(actx, res, ltLongTTL, fencedlock.WithRetryDelay(tc.minDelay, tc.maxDelay))
+						return err
+					})
+					require.NoError(t, err, "an attempt in the holder's last millisecond (PTTL 0) must not leave the wait uncapped")
+					assert.GreaterOrEqual(t, time.Since(start), 90*time.Millisecond, "acquired before the holder's TTL ran out")
+					assert.Greater(t, lock.Token(), holder.Token())
+					assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
+					require.NoError(t, lock.Release(ctx))
+					return
+				}
+				// miniredis never expires the holder's lock and its PTTL
+				// stays at 1ms, so Acquire retries about every millisecond
+				// and its delay doubles up to maxDelay (with 1ms up to 2^62ns,
+				// 43 doublings) and is doubled again: an overflow there
+				// panicked or made the wait negative.
+				holder := ltTryAcquire(t, ctx, l, res, time.Millisecond)
+				owner, _ := ltGetKey(t, b, l.LockKey(res))
+				actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				var lock *fencedlock.Lock
+				err := ltNoPanic(func() (err error) {
+					lock, err = l.Acquire(actx, res, ltLongTTL, fencedlock.WithRetryDelay(tc.minDelay, tc.maxDelay))
+					return err
+				})
+				assert.Nil(t, lock)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				after, _ := ltGetKey(t, b, l.LockKey(res))
+				assert.Equal(t, owner, after)
+				require.NoError(t, holder.Release(ctx))
+			})
+		}
+	})
+}
+
+// Acquire never sleeps past the holder's expiry, however long its retry
+// delay: on real Redis only (miniredis never expires keys on its own).
+func TestAcquireWaitIsCappedByHolderTTL(t *testing.T) {
+	b := redistest.Real(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l := ltLocker(b)
+	start := time.Now()
+	holder := ltTryAcquire(t, ctx, l, "capped", 150*time.Millisecond)
+	lock, err := l.Acquire(ctx, "capped", ltLongTTL, fencedlock.WithRetryDelay(time.Hour, time.Hour))
+	took := time.Since(start)
+	require.NoError(t, err, "Acquire waited its full retry delay: did an attempt in the holder's last millisecond (PTTL 0) leave the wait uncapped?")
+	assert.Less(t, took, 2*time.Second, "Acquire waited well past the holder's expiry")
+	assert.GreaterOrEqual(t, took, 140*time.Millisecond, "acquired before the holder's TTL ran out")
+	assert.Greater(t, lock.Token(), holder.Token())
+	require.NoError(t, lock.Release(ctx))
+}
+
+// In the last millisecond of a lock Redis reports its PTTL as 0 while
+// the key still exists. An attempt landing there (likely: Acquire times its
+// retry to the holder's expiry) must still cap its wait, not sleep its
+// full retry delay. miniredis shows it deterministically: its clock moves
+// only by FastForward.
+func TestAcquireWaitWhenHolderPTTLIsZero(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	l := ltLocker(b)
+	const res = "pttl-zero"
+	holder := ltTryAcquire(t, ctx, l, res, time.Millisecond)
+	b.FastForward(t, 999*time.Microsecond)
+	pttl, err := b.Client.PTTL(ctx, l.LockKey(res)).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(0), pttl, "the holder's lock must be in its last millisecond")
+
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	done := make(chan ltAcquireResult, 1)
+	go func() {
+		lock, err := l.Acquire(actx, res, ltLongTTL, fencedlock.WithRetryDelay(time.Hour, time.Hour))
+		done <- ltAcquireResult{lock, err, time.Now()}
+	}()
+	ltRequireStillWaiting(t, done) // its first attempt found the lock held
+	b.FastForward(t, time.Millisecond)
+	_, err = holder.TTL(ctx)
+	require.ErrorIs(t, err, fencedlock.ErrLockLost, "the holder's lock must have expired")
+	r := <-done
+	require.NoError(t, r.err, "Acquire slept its retry delay (an hour) after finding the holder's PTTL at 0")
+	assert.Greater(t, r.lock.Token(), holder.Token())
+	require.NoError(t, r.lock.Release(ctx))
+}
+
+// A lock key of the wrong Redis type, written by someone else: acquiring
+// reports it as corrupt and writes nothing; a Lock whose key was replaced
+// by it has lost its lock, and leaves the key alone.
+func TestLockKeyOfWrongType(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("acquire", func(t *testing.T) {
+			const res = "wrongtype-acquire"
+			ltGrant(t, ctx, l, res)
+			require.NoError(t, b.Client.HSet(ctx, l.LockKey(res), "f", "v").Err())
+			lockBefore := ltSnapshot(t, b, l.LockKey(res))
+			counterBefore := ltSnapshot(t, b, l.TokenKey(res))
+			for _, ac := range ltAcquireCalls {
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				var lock *fencedlock.Lock
+				err := ltNoPanic(func() (err error) { lock, err = ac.call(actx, l, res); return err })
+				cancel()
+				assert.Nil(t, lock, ac.name)
+				assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "%s: %v", ac.name, err)
+				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, ac.name)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s waited on a corrupt lock key", ac.name)
+				assert.Equal(t, lockBefore, ltSnapshot(t, b, l.LockKey(res)), "%s changed the lock key", ac.name)
+				assert.Equal(t, counterBefore, ltSnapshot(t, b, l.TokenKey(res)), "%s changed the counter", ac.name)
+			}
+		})
+
+		t.Run("held lock replaced", func(t *testing.T) {
+			const res = "wrongtype-held"
+			lock := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+			require.NoError(t, b.Client.Del(ctx, l.LockKey(res)).Err())
+			require.NoError(t, b.Client.HSet(ctx, l.LockKey(res), "f", "v").Err())
+			before := ltSnapshot(t, b, l.LockKey(res))
+
+			err := ltNoPanic(func() error { return lock.Refresh(ctx, time.Hour) })
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost, "Refresh: %v", err)
+			assert.Equal(t, before, ltSnapshot(t, b, l.LockKey(res)), "Refresh changed the key")
+			pttl, err := b.Client.PTTL(ctx, l.LockKey(res)).Result()
+			require.NoError(t, err)
+			assert.Equal(t, time.Duration(-1), pttl, "Refresh set a TTL on the key")
+
+			var ttl time.Duration
+			err = ltNoPanic(func() (err error) { ttl, err = lock.TTL(ctx); return err })
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost, "TTL: %v", err)
+			assert.Zero(t, ttl)
+
+			err = ltNoPanic(func() error { return lock.Release(ctx) })
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost, "Release: %v", err)
+			assert.Equal(t, before, ltSnapshot(t, b, l.LockKey(res)), "Release changed the key")
+		})
+	})
+}
+
+// ltLockValue matches a lock key's value: the owner's 128-bit nonce in hex,
+// ':', and the token in decimal.
+var ltLockValue = regexp.MustCompile(`^([0-9a-f]{32}):([0-9]+)$`)
+
+// The lock key holds the owner nonce and the token, the token's digits
+// exact even where a Lua number would print them in exponent form (real
+// Redis formats 1.7e15, a clock-seeded token, as "1.7959695163434e+15")
+// or round them (above 2^53).
+func TestLockKeyValue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		check := func(t *testing.T, res string) (*fencedlock.Lock, string) {
+			t.Helper()
+			lock := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+			v, ok := ltGetKey(t, b, l.LockKey(res))
+			require.True(t, ok)
+			m := ltLockValue.FindStringSubmatch(v)
+			require.NotNil(t, m, "lock key value %q is not <32 hex digits>:<token>", v)
+			assert.Equal(t, lock.Token().String(), m[2], "the token in the lock key's value")
+			assert.NotContains(t, lock.String(), m[1], "String shows the owner nonce")
+			return lock, m[1]
+		}
+
+		t.Run("clock-seeded token", func(t *testing.T) {
+			lock, nonce := check(t, "value")
+			assert.Greater(t, uint64(lock.Token()), uint64(1)<<50, "a token seeded from the clock in microseconds")
+			require.NoError(t, lock.Release(ctx))
+			// Each Lock has its own nonce.
+			again, nonce2 := check(t, "value")
+			assert.NotEqual(t, nonce, nonce2)
+			require.NoError(t, again.Release(ctx))
+		})
+
+		t.Run("token above 2^53", func(t *testing.T) {
+			floor := fencedlock.Token(1<<62 + 12345)
+			require.NoError(t, l.Advance(ctx, "value-high", floor))
+			lock, _ := check(t, "value-high")
+			assert.Equal(t, floor+1, lock.Token())
+			require.NoError(t, lock.Release(ctx))
+		})
+	})
+}
+
+// The proxy the network tests build on: it forwards, pauses, delays,
+// drops replies and closes connections, and its cleanup ends every
+// goroutine it started.
+func TestProxy(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	t.Run("faults", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		p := redistest.NewProxy(t, m.Addr())
+		direct := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { direct.Close() })
+		ctx := ltCtx(t)
+
+		dial := func(t *testing.T) (net.Conn, *bufio.Reader) {
+			t.Helper()
+			c, err := net.Dial("tcp", p.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			return c, bufio.NewReader(c)
+		}
+		// send writes a command as a RESP array (miniredis takes no
+		// inline commands).
+		send := func(t *testing.T, c net.Conn, cmd string) {
+			t.Helper()
+			args := strings.Fields(cmd)
+			var sb strings.Builder
+			fmt.Fprintf(&sb, "*%d\r\n", len(args))
+			for _, a := range args {
+				fmt.Fprintf(&sb, "$%d\r\n%s\r\n", len(a), a)
+			}
+			_, err := c.Write([]byte(sb.String()))
+			require.NoError(t, err)
+		}
+		reply := func(t *testing.T, c net.Conn, r *bufio.Reader, within time.Duration) (string, error) {
+			t.Helper()
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(within)))
+			line, err := r.ReadString('\n')
+			return strings.TrimRight(line, "\r\n"), err
+		}
+
+		c, r := dial(t)
+		send(t, c, "PING")
+		line, err := reply(t, c, r, 2*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "+PONG", line)
+
+		t.Run("Pause holds both directions until Resume", func(t *testing.T) {
+			p.Pause()
+			send(t, c, "INCR paused")
+			_, err := reply(t, c, r, 100*time.Millisecond)
+			var ne net.Error
+			require.True(t, errors.As(err, &ne) && ne.Timeout(), "a reply arrived while paused: %v", err)
+			assert.Zero(t, direct.Exists(ctx, "paused").Val(), "a command reached the server while paused")
+			// A new connection is accepted while paused, its bytes held too.
+			c2, r2 := dial(t)
+			send(t, c2, "INCR paused")
+			p.Resume()
+			line, err := reply(t, c, r, 2*time.Second)
+			require.NoError(t, err)
+			line2, err := reply(t, c2, r2, 2*time.Second)
+			require.NoError(t, err)
+			assert.ElementsMatch(t, []string{":1", ":2"}, []string{line, line2})
+		})
+
+		t.Run("Delay", func(t *testing.T) {
+			p.Delay(50 * time.Millisecond)
+			start := time.Now()
+			send(t, c, "PING")
+			line, err := reply(t, c, r, 2*time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, "+PONG", line)
+			assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "a command and its reply each wait the delay")
+			p.Delay(0)
+			start = time.Now()
+			send(t, c, "PING")
+			_, err = reply(t, c, r, 2*time.Second)
+			require.NoError(t, err)
+			assert.Less(t, time.Since(start), 50*time.Millisecond)
+		})
+
+		t.Run("DropReplies", func(t *testing.T) {
+			p.DropReplies(1)
+			send(t, c, "INCR dropped")
+			_, err := reply(t, c, r, 2*time.Second)
+			assert.ErrorIs(t, err, io.EOF, "the connection must end where the reply was")
+			assert.Equal(t, "1", direct.Get(ctx, "dropped").Val(), "the server ran the command")
+			assert.Equal(t, 1, p.Dropped())
+			// The drops are used up: a new connection gets its replies.
+			c3, r3 := dial(t)
+			send(t, c3, "INCR dropped")
+			line, err := reply(t, c3, r3, 2*time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, ":2", line)
+		})
+
+		t.Run("CloseAll", func(t *testing.T) {
+			c3, r3 := dial(t)
+			send(t, c3, "PING")
+			_, err := reply(t, c3, r3, 2*time.Second)
+			require.NoError(t, err)
+			p.CloseAll()
+			_, err = reply(t, c3, r3, 2*time.Second)
+			assert.ErrorIs(t, err, io.EOF)
+			c4, r4 := dial(t)
+			send(t, c4, "PING")
+			line, err := reply(t, c4, r4, 2*time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, "+PONG", line)
+			// Left for the cleanup: a connection with a chunk held by a
+			// pause, and one with a chunk in a delay.
+			p.Pause()
+			send(t, c4, "PING")
+			c5, _ := dial(t)
+			p.Delay(time.Hour)
+			send(t, c5, "PING")
+		})
+	})
+	// The cleanups ran: the proxy's goroutines, like miniredis's, ended.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > baseline && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > baseline {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after the proxy's cleanup, %d before:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
+	}
 }
 
 // Concurrent histories and the fenced-register check.

@@ -1,0 +1,308 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy is a TCP proxy between Redis clients and a Redis server that
+// injects network faults: lost replies, a stalled network, latency, and
+// broken connections. Point a client at Addr instead of the server.
+//
+// The proxy forwards bytes in chunks: whatever one read from a socket
+// returned. A small reply to one command is one chunk. Each accepted client
+// connection gets its own connection to the target; when either side of a
+// pair closes or fails, the proxy closes both.
+//
+// Its methods are safe for concurrent use. It is closed when the test that
+// made it ends: the listener and every connection are closed and all its
+// goroutines have returned before the cleanup does (if they have not
+// within 10 seconds, the cleanup fails the test rather than hang).
+type Proxy struct {
+	target string
+	ln     net.Listener
+	ctx    context.Context // done when the proxy is closed
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+
+	mu       sync.Mutex
+	idle     *sync.Cond              // on mu: signalled when inflight drops to 0
+	conns    map[*proxyConn]struct{} // guarded by mu
+	closed   bool                    // guarded by mu
+	paused   bool                    // guarded by mu
+	resumed  chan struct{}           // guarded by mu; closed by Resume, non-nil while paused
+	inflight int                     // guarded by mu; chunks being written
+	delay    time.Duration           // guarded by mu
+	drops    int                     // guarded by mu; server→client chunks still to drop
+	dropped  int                     // guarded by mu; server→client chunks dropped so far
+}
+
+// proxyConn is one client connection and its connection to the target.
+type proxyConn struct {
+	client, server net.Conn
+	done           chan struct{} // closed by close
+	once           sync.Once
+}
+
+func (c *proxyConn) close() {
+	c.once.Do(func() {
+		close(c.done)
+		c.client.Close()
+		c.server.Close()
+	})
+}
+
+// NewProxy starts a proxy to target (host:port) on a free loopback port.
+// It is closed by tb.Cleanup.
+func NewProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: proxy listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, conns: map[*proxyConn]struct{}{}}
+	p.idle = sync.NewCond(&p.mu)
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(func() { p.close(tb) })
+	return p
+}
+
+// Addr returns the address clients connect to, "127.0.0.1:<port>".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// DropReplies makes the proxy discard the next n chunks of bytes from the
+// server to a client. For each, it closes that client connection and its
+// server connection, so the server has executed the command while the
+// client sees its reply cut off (EOF) and, with retries enabled, resends
+// it on another connection. Calls add up; n <= 0 adds nothing. Note that a
+// client's new connection starts with handshake commands (HELLO, CLIENT
+// SETINFO), whose replies count as chunks too.
+func (p *Proxy) DropReplies(n int) {
+	if n <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.drops += n
+	p.mu.Unlock()
+}
+
+// Dropped returns how many chunks DropReplies has made the proxy discard
+// so far.
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+// Pause stops forwarding in both directions until Resume: chunks read
+// from either side are held, and no bytes reach the other side. Once
+// Pause returns, nothing more is delivered (it waits for chunks already
+// being written to finish). Connections stay open and new ones are still
+// accepted and connected, but their bytes are held too. Pausing a paused
+// proxy does nothing.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		p.paused = true
+		p.resumed = make(chan struct{})
+	}
+	for p.inflight > 0 {
+		p.idle.Wait()
+	}
+}
+
+// Resume ends a Pause: held chunks are delivered, in order per direction
+// of each connection. Resuming a proxy that is not paused does nothing.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused {
+		p.paused = false
+		close(p.resumed)
+		p.resumed = nil
+	}
+}
+
+// Delay delays every chunk forwarded from now on, in either direction, by
+// d before it is written; chunks of one direction of a connection are
+// forwarded one after another, so their delays add up. d <= 0 removes the
+// delay.
+func (p *Proxy) Delay(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// CloseAll closes every current connection, client and server side. The
+// proxy keeps accepting new ones.
+func (p *Proxy) CloseAll() {
+	p.mu.Lock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// closeWait bounds how long close waits for the proxy's goroutines.
+const closeWait = 10 * time.Second
+
+// close stops the proxy and waits for all its goroutines. If they have not
+// ended within closeWait (a bug of the proxy's), it fails tb instead of
+// hanging the test binary.
+func (p *Proxy) close(tb testing.TB) {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.ln.Close()
+	p.CloseAll()
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		tb.Errorf("redistest: proxy %s -> %s: goroutines still running %v after close", p.Addr(), p.target, closeWait)
+	}
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	var d net.Dialer
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return // the listener is closed
+		}
+		dctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		server, err := d.DialContext(dctx, "tcp", p.target)
+		cancel()
+		if err != nil {
+			// The target is down (or the proxy is closing): the client
+			// sees its connection closed.
+			client.Close()
+			continue
+		}
+		c := &proxyConn{client: client, server: server, done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.close()
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.pipe(c, c.client, c.server, false)
+		go p.pipe(c, c.server, c.client, true)
+	}
+}
+
+// pipe forwards chunks from src to dst until either fails, then closes
+// the pair. fromServer marks the direction that DropReplies acts on.
+func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
+	defer p.wg.Done()
+	defer func() {
+		c.close()
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			d := p.delay
+			p.mu.Unlock()
+			if d > 0 {
+				if timer == nil {
+					timer = time.NewTimer(d)
+				} else {
+					timer.Reset(d)
+				}
+				select {
+				case <-timer.C:
+				case <-c.done:
+					return
+				}
+			}
+			drop, ok := p.admit(c, fromServer)
+			if !ok {
+				return
+			}
+			if drop {
+				return // the deferred close cuts the pair off
+			}
+			_, werr := dst.Write(buf[:n])
+			p.mu.Lock()
+			p.inflight--
+			if p.inflight == 0 {
+				p.idle.Broadcast()
+			}
+			p.mu.Unlock()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// admit waits until the proxy is not paused, then decides the fate of a
+// chunk: drop it (consuming one DropReplies) or write it (counted in
+// inflight, which the caller decrements after writing). ok is false when
+// the connection closed while waiting.
+func (p *Proxy) admit(c *proxyConn, fromServer bool) (drop, ok bool) {
+	for {
+		p.mu.Lock()
+		if !p.paused {
+			if fromServer && p.drops > 0 {
+				p.drops--
+				p.dropped++
+				p.mu.Unlock()
+				return true, true
+			}
+			p.inflight++
+			p.mu.Unlock()
+			return false, true
+		}
+		resumed := p.resumed
+		p.mu.Unlock()
+		select {
+		case <-resumed:
+		case <-c.done:
+			return false, false
+		}
+	}
+}
