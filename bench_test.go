@@ -13,11 +13,8 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// The benchmarks run on the real redis-server the tests start. Reproduce
-// the README's figures with:
-//
-//	go test -run '^$' -bench . -benchmem -count 10 . | tee bench.txt
-//	go run golang.org/x/perf/cmd/benchstat@latest bench.txt
+// The benchmarks run on the real redis-server the tests start; the README
+// gives the command that reproduces its figures.
 
 // BenchmarkAcquireRelease measures an uncontended cycle: TryAcquire (lock
 // and token in one script) then Release.
