@@ -437,6 +437,10 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // never frees another owner's lock. Release is bounded by ctx; to release
 // after ctx is done (in a deferred cleanup, say), pass a short detached
 // context: context.WithTimeout(context.WithoutCancel(ctx), time.Second).
+//
+// When the reply to a Release is lost and the client sends it again, the
+// second run finds the key gone and Release reports ErrLockLost although
+// the first run deleted it. Either way this Lock no longer holds the lock.
 func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err
