@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand"
@@ -22,6 +23,11 @@ const DefaultPrefix = "fencedlock"
 // cleanupTimeout bounds work that must happen after the caller's context is
 // done, such as releasing a lock whose grant reply was lost.
 const cleanupTimeout = time.Second
+
+// abandonMarkerTTL is how long, beyond the lock's TTL, the marker of an
+// abandoned acquire attempt refuses the attempt if it arrives late: longer
+// than TCP keeps retransmitting a request (about 15 minutes on Linux).
+const abandonMarkerTTL = 16 * time.Minute
 
 // Locker grants fenced locks on resources named by strings. It keeps no
 // state of its own besides its configuration: all lock state is in Redis,
@@ -152,11 +158,12 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
+	nonce := hex.EncodeToString(b[:])
 	return &Lock{
 		locker:   l,
 		resource: resource,
-		keys:     [2]string{l.LockKey(resource), l.TokenKey(resource)},
-		owner:    hex.EncodeToString(b[:]) + ":",
+		keys:     [3]string{l.LockKey(resource), l.TokenKey(resource), l.key(resource, "abandoned:"+nonce)},
+		owner:    nonce + ":",
 	}, nil
 }
 
@@ -172,10 +179,12 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 // for its owner: when the client sends it again (go-redis retries after a
 // network error) a lock already granted to this attempt is returned again,
 // with its token. When no reply arrives at all (every retry failed, or ctx
-// ended while the command was in flight), TryAcquire returns the error and
-// deletes the lock it may have been granted, as a best effort within a
-// short detached timeout; if that fails too, the lock stays until its TTL
-// runs out, and the returned error says so.
+// ended while the command was in flight), TryAcquire returns the error and,
+// as a best effort within a short detached timeout, deletes the lock the
+// attempt may have been granted or, if it was not, leaves a marker that
+// makes Redis refuse the attempt should it still arrive. If that fails
+// too, a grant may stay locked until its TTL runs out, and the returned
+// error says so.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -207,11 +216,14 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.Duration, error) {
 	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms).Slice()
 	if err != nil {
-		err = scriptErr("acquire", lock.resource, err, lock.keys[:]...)
+		err = scriptErr("acquire", lock.resource, err, lock.keys[:2]...)
 		if !isServerError(err) {
-			// The grant may have happened with its reply lost: free it.
+			// The grant may have happened with its reply lost, or the
+			// request may still be on its way: free the lock, or mark the
+			// attempt abandoned so that the script refuses it on arrival.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			cerr := releaseScript.Run(cctx, l.client, lock.keys[:1], lock.owner).Err()
+			markerMS := (time.Duration(ms)*time.Millisecond + abandonMarkerTTL).Milliseconds()
+			cerr := abandonScript.Run(cctx, l.client, []string{lock.keys[0], lock.keys[2]}, lock.owner, markerMS).Err()
 			cancel()
 			if cerr != nil {
 				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
@@ -224,6 +236,9 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.
 	}
 	if granted, _ := res[0].(int64); granted != 1 {
 		pttl, _ := res[1].(int64)
+		if pttl == -3 {
+			return false, 0, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
+		}
 		return false, time.Duration(pttl) * time.Millisecond, nil
 	}
 	token, err := tokenFromReply(res[1])
@@ -314,8 +329,12 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		}
 		granted, holderTTL, err := l.attempt(ctx, lock, ms)
 		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctxErr)
+			// When ctx ended, say so with both sentinels, and keep the
+			// attempt's error: it may report a failed cleanup.
+			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
+			} else if ctxErr != nil {
+				return nil, fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
 			}
 			return nil, err
 		}
@@ -388,7 +407,7 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 type Lock struct {
 	locker   *Locker
 	resource string
-	keys     [2]string // lock key, token key
+	keys     [3]string // lock key, token key, abandon marker of the acquire attempt
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 }

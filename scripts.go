@@ -14,6 +14,8 @@ var (
 	counterLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
+	//go:embed lua/abandon.lua
+	abandonLua string
 	//go:embed lua/advance.lua
 	advanceLua string
 	//go:embed lua/owner.lua
@@ -32,6 +34,7 @@ var (
 // the script cache does not hold them.
 var (
 	acquireScript = redis.NewScript(counterLua + acquireLua)
+	abandonScript = redis.NewScript(ownerLua + abandonLua)
 	advanceScript = redis.NewScript(counterLua + advanceLua)
 	releaseScript = redis.NewScript(ownerLua + releaseLua)
 	refreshScript = redis.NewScript(ownerLua + refreshLua)

@@ -44,8 +44,8 @@ local function read_counter(key)
   return c
 end
 
--- The Redis server clock in microseconds, as a digit string: the seed of a
--- missing counter.
+-- The Redis server clock in microseconds, as a digit string: the floor of
+-- a counter when a token is granted.
 local function clock_seed()
   local now = redis.call('TIME')
   return now[1] .. string.format('%06d', tonumber(now[2]))
