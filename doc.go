@@ -77,13 +77,13 @@
 // overlap harmless. Nor are tokens promised to rise by one, to be unique
 // across resources, or to be comparable between resources.
 //
-// Tokens are seeded from the Redis clock. When the counter key is missing
-// (first use, FLUSHALL, eviction, a restart without persistence, a
-// failover to a replica that missed the INCR) the grant seeds it from the
-// server's TIME in microseconds before incrementing. Counters rise by one
-// per grant, far slower than the clock, so a re-seeded counter starts
-// above every token handed out before, unless the clock of the server that
-// re-seeds it is behind. If it is, stores refuse the new holders' writes
+// Tokens follow the Redis clock. When the counter key is missing (first
+// use, FLUSHALL, eviction, a restart without persistence) or behind the
+// clock (a failover to a replica that missed some INCRs), the grant first
+// raises it to the server's TIME in microseconds, then increments it. So a
+// token is above every token granted before, unless the clock of the
+// server that grants it is behind the clock of the one that granted them.
+// If it is, stores refuse the new holders' writes
 // (safety holds), each refusal reports the store's token in
 // StaleTokenError.Current, and [Locker.Advance] raises the counter past it.
 //

@@ -15,7 +15,8 @@ var (
 
 	// ErrLockLost means this Lock no longer holds its key in Redis: it
 	// expired, was released, or was taken over. Nothing was changed in
-	// Redis. Writes made with its token may still be accepted by a store
+	// Redis (but for a Release whose lost reply the client retried: see
+	// Lock.Release). Writes made with its token may still be accepted by a store
 	// until a newer token is used; stop working and acquire again.
 	ErrLockLost = errors.New("fencedlock: lock lost")
 

@@ -23,7 +23,11 @@ type Store interface {
 	//
 	// After any other error (the network, ctx ending) the write may or may
 	// not have happened. Putting the same value with the same token again
-	// is safe: an equal token passes.
+	// is safe: an equal token passes. For the same reason a Put that the
+	// client sent again after a lost reply can return a *StaleTokenError
+	// although its first delivery was stored before a newer writer's: make
+	// the operation behind a write idempotent, or turn off the client's
+	// retries for the store.
 	Put(ctx context.Context, resource string, token Token, value []byte) error
 
 	// Get returns resource's value and the token that wrote it, or an
