@@ -181,10 +181,18 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 // with its token. When no reply arrives at all (every retry failed, or ctx
 // ended while the command was in flight), TryAcquire returns the error and,
 // as a best effort within a short detached timeout, deletes the lock the
-// attempt may have been granted or, if it was not, leaves a marker that
-// makes Redis refuse the attempt should it still arrive. If that fails
-// too, a grant may stay locked until its TTL runs out, and the returned
-// error says so.
+// attempt may have been granted and leaves a marker that makes Redis
+// refuse any copy of the attempt still on its way. If that fails too, a
+// grant may stay locked until its TTL runs out, and the returned error
+// says so.
+//
+// One case is not covered: when the client sends the command again while
+// the first copy is held up in the network (go-redis does after
+// ReadTimeout), and the second copy finds the lock held, TryAcquire returns
+// ErrNotAcquired and sets no marker; should the first copy arrive after the
+// holder released, it locks the resource until ttl passes, with nobody
+// holding the Lock. Fencing is unaffected: no write carries that grant's
+// token.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -222,7 +230,8 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.
 			// request may still be on its way: free the lock, or mark the
 			// attempt abandoned so that the script refuses it on arrival.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			markerMS := (time.Duration(ms)*time.Millisecond + abandonMarkerTTL).Milliseconds()
+			// At most the longest time.Duration: ms came from one.
+			markerMS := min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
 			cerr := abandonScript.Run(cctx, l.client, []string{lock.keys[0], lock.keys[2]}, lock.owner, markerMS).Err()
 			cancel()
 			if cerr != nil {

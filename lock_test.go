@@ -128,6 +128,26 @@ func ltKeys(t *testing.T, b *redistest.Backend) []string {
 	return keys
 }
 
+// ltServerMicros returns the Redis server clock (TIME) in microseconds.
+func ltServerMicros(t *testing.T, b *redistest.Backend) uint64 {
+	t.Helper()
+	now, err := b.Client.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return uint64(now.UnixMicro())
+}
+
+// ltMarkers lists the abandon markers of resource's acquire attempts: the
+// keys "<prefix>:{resource}:abandoned:<owner nonce>" left by the cleanup of
+// an attempt that got no reply and was not granted.
+func ltMarkers(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) []string {
+	t.Helper()
+	pattern := strings.TrimSuffix(l.LockKey(resource), "lock") + "abandoned:*"
+	keys, err := b.Client.Keys(context.Background(), pattern).Result()
+	require.NoError(t, err)
+	sort.Strings(keys)
+	return keys
+}
+
 // ltRequireStale checks that err is the store's refusal of token because
 // it holds current.
 func ltRequireStale(t *testing.T, err error, resource string, token, current fencedlock.Token) {
@@ -350,6 +370,92 @@ func TestTokensRise(t *testing.T) {
 	})
 }
 
+// Every grant raises the counter to the server clock (TIME, in
+// microseconds) when the counter is missing or behind it, then increments
+// it: a token is max(counter, now) + 1. A counter that lags (a replica
+// promoted after missing INCRs, a counter reset by hand) does not hand out
+// a token again; a counter ahead of the clock counts on by one.
+func TestTokensFollowTheServerClock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		// grant returns a token and the server clock read just before and
+		// just after it.
+		grant := func(t *testing.T, res string) (tok fencedlock.Token, before, after uint64) {
+			t.Helper()
+			before = ltServerMicros(t, b)
+			tok = ltGrant(t, ctx, l, res)
+			after = ltServerMicros(t, b)
+			return tok, before, after
+		}
+		counter := func(t *testing.T, res string) string {
+			t.Helper()
+			c, ok := ltGetKey(t, b, l.TokenKey(res))
+			require.True(t, ok, "no counter")
+			return c
+		}
+
+		t.Run("each token is the clock at its grant, above the last", func(t *testing.T) {
+			var prev fencedlock.Token
+			for i := 0; i < 20; i++ {
+				tok, before, after := grant(t, "clock")
+				require.Greater(t, tok, prev)
+				require.GreaterOrEqual(t, uint64(tok), before+1, "token below the clock before the grant")
+				require.LessOrEqual(t, uint64(tok), max(uint64(prev), after)+1, "token above both the last token and the clock after the grant")
+				require.Equal(t, tok.String(), counter(t, "clock"))
+				prev = tok
+			}
+		})
+
+		t.Run("a counter far behind the clock is raised to it", func(t *testing.T) {
+			const res = "behind"
+			ltGrant(t, ctx, l, res)
+			require.NoError(t, b.Client.Set(ctx, l.TokenKey(res), "5", 0).Err())
+			tok, before, after := grant(t, res)
+			assert.GreaterOrEqual(t, uint64(tok), before+1)
+			assert.LessOrEqual(t, uint64(tok), after+1)
+			assert.Equal(t, tok.String(), counter(t, res))
+		})
+
+		t.Run("a counter ahead of the clock counts on by one", func(t *testing.T) {
+			const res = "ahead"
+			floor := fencedlock.Token(ltServerMicros(t, b) + 1_000_000_000_000)
+			require.NoError(t, l.Advance(ctx, res, floor))
+			for i := fencedlock.Token(1); i <= 3; i++ {
+				assert.Equal(t, floor+i, ltGrant(t, ctx, l, res))
+			}
+			assert.Equal(t, (floor + 3).String(), counter(t, res))
+		})
+	})
+}
+
+// On miniredis the clock can be frozen (SetTime): tokens are then exactly
+// the clock plus one, plus two, and so on, until the clock passes the
+// counter again.
+func TestTokensOnAFrozenClock(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	l := ltLocker(b)
+	at := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	b.Miniredis().SetTime(at)
+	us := fencedlock.Token(at.UnixMicro())
+
+	for i := fencedlock.Token(1); i <= 3; i++ {
+		assert.Equal(t, us+i, ltGrant(t, ctx, l, "frozen"))
+	}
+	// A lagging counter is raised to the clock.
+	require.NoError(t, b.Client.Set(ctx, l.TokenKey("frozen"), "5", 0).Err())
+	assert.Equal(t, us+1, ltGrant(t, ctx, l, "frozen"))
+	// A counter ahead of the clock counts on.
+	require.NoError(t, l.Advance(ctx, "frozen", us+1000))
+	assert.Equal(t, us+1001, ltGrant(t, ctx, l, "frozen"))
+	// The clock passes the counter: tokens follow the clock again.
+	b.Miniredis().SetTime(at.Add(time.Second))
+	assert.Equal(t, us+1_000_001, ltGrant(t, ctx, l, "frozen"))
+	assert.Equal(t, us+1_000_002, ltGrant(t, ctx, l, "frozen"))
+}
+
 // Advance raises the counter, never lowers it, and gets a holder past a
 // store that is ahead of the counter.
 func TestAdvance(t *testing.T) {
@@ -367,13 +473,28 @@ func TestAdvance(t *testing.T) {
 		})
 
 		t.Run("below or at the counter changes nothing", func(t *testing.T) {
-			tok := ltGrant(t, ctx, l, "below")
-			for _, floor := range []fencedlock.Token{1, tok - 1000, tok - 1, tok} {
-				require.NoError(t, l.Advance(ctx, "below", floor))
-				c, _ := ltGetKey(t, b, l.TokenKey("below"))
-				assert.Equal(t, tok.String(), c, "Advance(%d) changed the counter", floor)
+			// A counter behind the clock (seeded by a grant), and one ahead
+			// of it, where the next grant takes exactly the next token.
+			pastTheClock := fencedlock.Token(ltServerMicros(t, b) + 1_000_000_000_000)
+			for _, ahead := range []fencedlock.Token{0, pastTheClock} {
+				res := fmt.Sprintf("below-%d", ahead)
+				if ahead != 0 {
+					require.NoError(t, l.Advance(ctx, res, ahead))
+				}
+				tok := ltGrant(t, ctx, l, res)
+				for _, floor := range []fencedlock.Token{1, tok - 1000, tok - 1, tok} {
+					require.NoError(t, l.Advance(ctx, res, floor))
+					c, _ := ltGetKey(t, b, l.TokenKey(res))
+					assert.Equal(t, tok.String(), c, "Advance(%d) changed the counter", floor)
+				}
+				next := ltGrant(t, ctx, l, res)
+				if ahead != 0 {
+					assert.Equal(t, ahead+1, tok)
+					assert.Equal(t, tok+1, next, "the counter is ahead of the clock: the next grant is its INCR")
+				} else {
+					assert.Greater(t, next, tok)
+				}
 			}
-			assert.Equal(t, tok+1, ltGrant(t, ctx, l, "below"))
 		})
 
 		t.Run("on a missing counter with a low floor seeds from the clock", func(t *testing.T) {
@@ -1164,13 +1285,13 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 			ltGrant(t, ctx, l, "early")
 		})
 
-		newClient := func(t *testing.T, resource string) (*fencedlock.Locker, *ltLoseReplyHook) {
+		newClient := func(t *testing.T, resource string) (*fencedlock.Locker, *ltLoseReplyHook, *redis.Client) {
 			t.Helper()
 			c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 			t.Cleanup(func() { c.Close() })
 			h := &ltLoseReplyHook{tokenKey: l.TokenKey(resource)}
 			c.AddHook(h)
-			return fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), h
+			return fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), h, c
 		}
 
 		for _, viaAcquire := range []bool{false, true} {
@@ -1188,7 +1309,7 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 
 			t.Run(name+" network error after the grant", func(t *testing.T) {
 				res := "lost-net-" + name
-				fl, h := newClient(t, res)
+				fl, h, _ := newClient(t, res)
 				before := ltGrant(t, ctx, l, res)
 				h.arm(nil)
 				lock, err := call(fl, ctx, res)
@@ -1202,7 +1323,7 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 
 			t.Run(name+" context cancelled in flight", func(t *testing.T) {
 				res := "lost-ctx-" + name
-				fl, h := newClient(t, res)
+				fl, h, _ := newClient(t, res)
 				cctx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				h.arm(cancel)
@@ -1217,9 +1338,38 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 				ltGrant(t, ctx, l, res)
 			})
 
+			t.Run(name+" context cancelled in flight, cleanup fails too", func(t *testing.T) {
+				res := "lost-ctx-cleanup-" + name
+				fl, h, c := newClient(t, res)
+				spy := ltSpyCleanup(b, c, l, res)
+				spy.fail = errors.New("lt: cleanup failed")
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				h.arm(cancel)
+				lock, err := call(fl, cctx, res)
+				require.Equal(t, 1, h.lostCount(), "the hook did not intercept the acquire script")
+				assert.Nil(t, lock)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, context.Canceled)
+				if viaAcquire {
+					assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+				}
+				// The error keeps the attempt's report of the failed cleanup.
+				assert.Contains(t, err.Error(), "lt: cleanup failed")
+				assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released")
+				calls, tok := spy.grant(t)
+				assert.Equal(t, 1, calls)
+				// The grant stays until its TTL ends, as the error says.
+				v, ok := ltGetKey(t, b, l.LockKey(res))
+				require.True(t, ok, "the grant is gone though its cleanup failed")
+				assert.True(t, strings.HasSuffix(v, ":"+tok.String()))
+				b.FastForward(t, ltLongTTL)
+				assert.Greater(t, ltGrant(t, ctx, l, res), tok)
+			})
+
 			t.Run(name+" lost reply of a refusal keeps the holder's lock", func(t *testing.T) {
 				res := "lost-held-" + name
-				fl, h := newClient(t, res)
+				fl, h, _ := newClient(t, res)
 				holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
 				owner, _ := ltGetKey(t, b, l.LockKey(res))
 				h.arm(nil)
@@ -1229,9 +1379,42 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 				assert.ErrorIs(t, err, errLtLostReply)
 				after, _ := ltGetKey(t, b, l.LockKey(res))
 				assert.Equal(t, owner, after, "the cleanup freed the holder's lock")
+				// The attempt was not granted: the cleanup marks it
+				// abandoned, so that it could not lock the resource later.
+				markers := ltMarkers(t, b, l, res)
+				require.Len(t, markers, 1, "the refused attempt must be marked abandoned")
+				pttl, err := b.Client.PTTL(ctx, markers[0]).Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, ltLongTTL, "the marker must outlive the lock the attempt asked for")
 				require.NoError(t, holder.Release(ctx))
 			})
 		}
+	})
+}
+
+// The cleanup of an attempt with the longest TTL a time.Duration holds
+// (which TryAcquire accepts) marks the attempt too: the marker's TTL, the
+// lock's plus a margin, must not overflow.
+func TestLostReplyOfARefusalWithTheLongestTTLIsMarked(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const res = "longest-ttl"
+		holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+		c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+		t.Cleanup(func() { c.Close() })
+		h := &ltLoseReplyHook{tokenKey: l.TokenKey(res)}
+		c.AddHook(h)
+		fl := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+
+		h.arm(nil)
+		lock, err := fl.TryAcquire(ctx, res, math.MaxInt64)
+		require.Equal(t, 1, h.lostCount())
+		assert.Nil(t, lock)
+		assert.ErrorIs(t, err, errLtLostReply)
+		assert.NotContains(t, strings.ToLower(err.Error()), "releas", "the cleanup failed")
+		assert.Len(t, ltMarkers(t, b, l, res), 1, "the refused attempt must be marked abandoned")
+		require.NoError(t, holder.Release(ctx))
 	})
 }
 
@@ -1252,14 +1435,23 @@ func ltProxied(t *testing.T, b *redistest.Backend, maxRetries int) (*fencedlock.
 
 // ltWarm readies c for dropping the replies of commands and nothing else.
 // It loads the lock scripts into Redis (a first EVALSHA would get NOSCRIPT
-// and be sent again as EVAL) and leaves n connections in c's pool with
-// their handshakes done: a new connection starts with HELLO and CLIENT
-// SETINFO, whose replies would take drops meant for the next command. The
-// proxy is paused while n Pings dial, so that each Ping holds a connection
-// of its own.
+// and be sent again as EVAL, and a dropped NOSCRIPT reply would take a drop
+// meant for the script): acquire and release by a grant, and the cleanup
+// of an acquire without a reply by an acquire whose reply a client hook
+// loses. It leaves n connections in c's pool with their handshakes done: a
+// new connection starts with HELLO and CLIENT SETINFO, whose replies would
+// take drops meant for the next command. The proxy is paused while n Pings
+// dial, so that each Ping holds a connection of its own.
 func ltWarm(t *testing.T, ctx context.Context, fl *fencedlock.Locker, c *redis.Client, p *redistest.Proxy, n int) {
 	t.Helper()
 	ltGrant(t, ctx, fl, "warm-up")
+	h := &ltLoseReplyHook{tokenKey: fl.TokenKey("warm-up-cleanup")}
+	c.AddHook(h)
+	h.arm(nil)
+	_, err := fl.TryAcquire(ctx, "warm-up-cleanup", ltLongTTL)
+	require.ErrorIs(t, err, errLtLostReply)
+	require.Equal(t, 1, h.lostCount())
+	require.NotContains(t, strings.ToLower(err.Error()), "releas", "the warm-up cleanup failed")
 	p.Pause()
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
@@ -1292,6 +1484,94 @@ var ltAcquireCalls = []ltAcquireCall{
 	}},
 }
 
+// ltCleanupSpy is a client hook that sees the cleanup of an acquire
+// attempt without a reply (the abandon script, which names the attempt's
+// marker key and, unlike the acquire script, not the token key). It counts
+// the calls (go-redis re-sends a command inside one call, after the hooks)
+// and, just before the first, reads the lock key through another client:
+// what the attempt left.
+type ltCleanupSpy struct {
+	read     func() (string, bool, error) // the lock key
+	tokenKey string
+	fail     error // when set, every cleanup call fails with it, unsent
+
+	mu         sync.Mutex
+	calls      int    // guarded by mu; cleanup calls
+	lockBefore string // guarded by mu; the lock key's value before the first
+	held       bool   // guarded by mu; whether the lock key existed then
+	readErr    error  // guarded by mu
+}
+
+// ltSpyCleanup adds an ltCleanupSpy for the attempts of l on resource to c.
+func ltSpyCleanup(b *redistest.Backend, c *redis.Client, l *fencedlock.Locker, resource string) *ltCleanupSpy {
+	s := &ltCleanupSpy{tokenKey: l.TokenKey(resource), read: func() (string, bool, error) {
+		v, err := b.Client.Get(context.Background(), l.LockKey(resource)).Result()
+		if errors.Is(err, redis.Nil) {
+			return "", false, nil
+		}
+		return v, err == nil, err
+	}}
+	c.AddHook(s)
+	return s
+}
+
+func (s *ltCleanupSpy) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *ltCleanupSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (s *ltCleanupSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if s.isCleanup(cmd) {
+			s.mu.Lock()
+			s.calls++
+			if s.calls == 1 {
+				s.lockBefore, s.held, s.readErr = s.read()
+			}
+			s.mu.Unlock()
+			if s.fail != nil {
+				cmd.SetErr(s.fail)
+				return s.fail
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *ltCleanupSpy) isCleanup(cmd redis.Cmder) bool {
+	name := strings.ToLower(cmd.Name())
+	if name != "eval" && name != "evalsha" {
+		return false
+	}
+	marker := false
+	for _, a := range cmd.Args() {
+		if str, ok := a.(string); ok {
+			if str == s.tokenKey {
+				return false
+			}
+			marker = marker || strings.Contains(str, ":abandoned:")
+		}
+	}
+	return marker
+}
+
+// grant returns the number of cleanup calls and the token of the grant the
+// lock key held before the first, failing t when it held none.
+func (s *ltCleanupSpy) grant(t *testing.T) (int, fencedlock.Token) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.NoError(t, s.readErr)
+	require.Positive(t, s.calls, "no cleanup was sent")
+	require.True(t, s.held, "the lock key was free before the cleanup: the attempt was not granted")
+	m := ltLockValue.FindStringSubmatch(s.lockBefore)
+	require.NotNil(t, m, "lock key value %q", s.lockBefore)
+	tok, err := fencedlock.ParseToken(m[2])
+	require.NoError(t, err)
+	return s.calls, tok
+}
+
 // The reply of a grant is cut off and go-redis re-sends the script: the
 // re-sent run finds the lock held by its own owner and returns the same
 // grant, so the caller gets the lock (not ErrNotAcquired while its own
@@ -1317,7 +1597,12 @@ func TestLostReplyOnTheNetworkIsGrantedOnRetry(t *testing.T) {
 				require.Equal(t, 1, p.Dropped(), "the proxy did not drop the acquire's reply")
 				require.NoError(t, err, "the re-sent acquire must return the grant its lost reply carried")
 				require.NotNil(t, lock)
-				assert.Equal(t, before+1, lock.Token(), "the grant must take the next token")
+				assert.Greater(t, lock.Token(), before, "the grant must take a higher token")
+				// The counter rose once for the sent and the re-sent run:
+				// it holds the granted token (a second grant would have
+				// raised it past that).
+				counter, _ := ltGetKey(t, b, l.TokenKey(res))
+				assert.Equal(t, lock.Token().String(), counter, "the re-sent acquire raised the counter again")
 
 				// The lock key is this Lock's: others are refused, its TTL
 				// and Release work.
@@ -1328,17 +1613,15 @@ func TestLostReplyOnTheNetworkIsGrantedOnRetry(t *testing.T) {
 				assert.Greater(t, ttl, ltLongTTL-5*time.Second)
 				require.NoError(t, lock.Release(ctx))
 				assert.False(t, ltExists(t, b, l.LockKey(res)))
-
-				// The counter rose once for the sent and the re-sent run.
-				assert.Equal(t, lock.Token()+1, ltGrant(t, ctx, l, res), "the re-sent acquire raised the counter again")
+				assert.Greater(t, ltGrant(t, ctx, l, res), lock.Token())
 			})
 		}
 	})
 }
 
 // Every run of the acquire loses its reply (MaxRetries 1: two runs, two
-// drops): the caller gets an error, not ErrNotAcquired, and the cleanup
-// release, which comes after the drops are used up, frees the grant.
+// drops): the caller gets an error, not ErrNotAcquired, and the cleanup,
+// which comes after the drops are used up, frees the grant.
 func TestLostReplyOnEveryRetryLeavesNoLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
@@ -1353,6 +1636,7 @@ func TestLostReplyOnEveryRetryLeavesNoLock(t *testing.T) {
 				// handshake of a new connection.
 				ltWarm(t, ctx, fl, c, p, 2)
 				before := ltGrant(t, ctx, l, res)
+				spy := ltSpyCleanup(b, c, l, res)
 
 				p.DropReplies(2)
 				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -1363,25 +1647,31 @@ func TestLostReplyOnEveryRetryLeavesNoLock(t *testing.T) {
 				require.Error(t, err)
 				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "no attempt got a reply: the lock was not found held")
 				assert.NotErrorIs(t, err, context.DeadlineExceeded)
-				// The cleanup release got through (no drops were left for its
-				// reply), so the error does not report a failed cleanup, and
-				// no lock is left.
+				// The cleanup got through at once (no drops were left for its
+				// reply), so the error does not report a failed cleanup.
 				assert.NotContains(t, strings.ToLower(err.Error()), "releas")
+				calls, tok := spy.grant(t)
+				assert.Equal(t, 1, calls, "one cleanup")
+				assert.Greater(t, tok, before)
+
+				// The attempt was granted: the cleanup freed the grant.
 				assert.False(t, ltExists(t, b, l.LockKey(res)), "the grant whose replies were lost is still locked")
 
 				// The first run raised the counter; the re-sent one found its
-				// own grant and did not.
-				assert.Equal(t, before+2, ltGrant(t, ctx, l, res))
+				// own grant and did not: the counter holds the grant's token.
+				counter, _ := ltGetKey(t, b, l.TokenKey(res))
+				assert.Equal(t, tok.String(), counter, "the re-sent acquire raised the counter again")
+				assert.Greater(t, ltGrant(t, ctx, l, res), tok)
 			})
 		}
 	})
 }
 
-// The cleanup release loses its replies too (MaxRetries 1: two acquire
-// runs and two release runs, four drops). A dropped reply is cut off after
-// Redis ran the command, so the release did free the grant; but the caller
-// cannot know that, and the error must say the grant may stay locked until
-// its TTL ends.
+// The cleanup loses its replies too (MaxRetries 1: two acquire runs and
+// two cleanup runs, four drops). A dropped reply is cut off after Redis ran
+// the command, so the cleanup did free the grant; but the caller cannot
+// know that, and the error must say the grant may stay locked until its TTL
+// ends.
 func TestLostReplyOfCleanupTooIsReported(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
@@ -1393,22 +1683,168 @@ func TestLostReplyOfCleanupTooIsReported(t *testing.T) {
 				fl, p, c := ltProxied(t, b, 1)
 				ltWarm(t, ctx, fl, c, p, 4)
 				before := ltGrant(t, ctx, l, res)
+				spy := ltSpyCleanup(b, c, l, res)
 
 				p.DropReplies(4)
 				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 				defer cancel()
 				lock, err := ac.call(actx, fl, res)
-				require.Equal(t, 4, p.Dropped(), "the proxy did not drop the replies of both acquire and both release runs")
+				require.Equal(t, 4, p.Dropped(), "the proxy did not drop the replies of both acquire and both cleanup runs")
 				assert.Nil(t, lock)
 				require.Error(t, err)
 				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
 				assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released: %v", err)
+				calls, tok := spy.grant(t)
+				assert.Equal(t, 1, calls, "one cleanup (go-redis re-sent it within the call)")
+				assert.Greater(t, tok, before)
 
-				// The release ran in Redis; only its replies were lost.
-				assert.False(t, ltExists(t, b, l.LockKey(res)), "the release whose replies were lost did not run")
-				assert.Equal(t, before+2, ltGrant(t, ctx, l, res))
+				// The attempt was granted, and the cleanup ran in Redis (only
+				// its replies were lost): the grant is gone.
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the cleanup whose replies were lost did not run")
+				counter, _ := ltGetKey(t, b, l.TokenKey(res))
+				assert.Equal(t, tok.String(), counter, "the re-sent acquire raised the counter again")
+				assert.Greater(t, ltGrant(t, ctx, l, res), tok)
 			})
 		}
+	})
+}
+
+// ltWaitAnswered waits until the server has answered the n requests the
+// proxy held (HoldRequests): they have arrived and run.
+func ltWaitAnswered(t *testing.T, p *redistest.Proxy, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Answered() < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, n, p.Answered(), "the held requests were not answered (%d released)", p.Released())
+}
+
+// An acquire request held up in the network reaches Redis only after its
+// client gave up on it (its context ended): the cleanup found no grant and
+// marked the attempt abandoned, and the late request must lock nothing.
+func TestAbandonedAttemptArrivingLateIsRefused(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		for _, ac := range ltAcquireCalls {
+			ac := ac
+			t.Run(ac.name, func(t *testing.T) {
+				res := "late-" + ac.name
+				p := redistest.NewProxy(t, b.Client.Options().Addr)
+				// The context's deadline bounds each read: the client gives
+				// up when it ends, and does not send the request again.
+				c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+				t.Cleanup(func() { c.Close() })
+				fl := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+				ltWarm(t, ctx, fl, c, p, 2)
+				before := ltGrant(t, ctx, l, res)
+
+				const hold, wait = 400 * time.Millisecond, 100 * time.Millisecond
+				p.HoldRequests(1, hold)
+				actx, cancel := context.WithTimeout(ctx, wait)
+				defer cancel()
+				start := time.Now()
+				lock, err := ac.call(actx, fl, res)
+				took := time.Since(start)
+				assert.Nil(t, lock)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				if ac.name == "Acquire" {
+					assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+				}
+				assert.NotContains(t, strings.ToLower(err.Error()), "releas", "the cleanup failed")
+				require.Zero(t, p.Released(), "the held request arrived before the client gave up (after %v)", took)
+				assert.Less(t, took, hold)
+
+				// The cleanup found no grant: it marked the attempt.
+				assert.False(t, ltExists(t, b, l.LockKey(res)))
+				require.Len(t, ltMarkers(t, b, l, res), 1, "the cleanup left no marker")
+
+				// The request arrives and runs: it must lock nothing.
+				ltWaitAnswered(t, p, 1)
+				assert.False(t, ltExists(t, b, l.LockKey(res)), "the request that arrived after its client gave up locked the resource")
+				markers := ltMarkers(t, b, l, res)
+				require.Len(t, markers, 1)
+				pttl, err := b.Client.PTTL(ctx, markers[0]).Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, ltLongTTL, "the marker must outlive the lock the attempt asked for")
+				counter, _ := ltGetKey(t, b, l.TokenKey(res))
+				assert.Equal(t, before.String(), counter, "the refused request raised the counter")
+
+				// The resource is free for others.
+				assert.Greater(t, ltGrant(t, ctx, l, res), before)
+			})
+		}
+	})
+}
+
+// go-redis sends a command again when its reply has not come within
+// ReadTimeout (here 100ms, MaxRetries 1). When the first copy of an acquire
+// is held up in the network, the second one can be answered while the
+// first is still on its way. Once TryAcquire has returned without a lock,
+// the first copy arriving late must not lock the resource, just as an
+// attempt without any reply must not (TestAbandonedAttemptArrivingLateIsRefused).
+func TestFirstCopyOfAResentAcquireArrivingLateIsRefused(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const hold = 400 * time.Millisecond
+		proxied := func(t *testing.T) (*fencedlock.Locker, *redistest.Proxy) {
+			t.Helper()
+			p := redistest.NewProxy(t, b.Client.Options().Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: 1})
+			t.Cleanup(func() { c.Close() })
+			fl := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+			// The second copy goes out on the second warm connection.
+			ltWarm(t, ctx, fl, c, p, 2)
+			return fl, p
+		}
+
+		// The second copy is granted and its reply lost: the cleanup
+		// deletes its grant. Then the first copy arrives.
+		t.Run("second copy granted, its reply lost", func(t *testing.T) {
+			const res = "resent-granted"
+			fl, p := proxied(t)
+			p.HoldRequests(1, hold)
+			p.DropReplies(1)
+			lock, err := fl.TryAcquire(ctx, res, ltLongTTL)
+			assert.Nil(t, lock)
+			require.Error(t, err)
+			require.Equal(t, 1, p.Dropped(), "the second copy's reply was not dropped")
+			require.Zero(t, p.Released(), "the first copy arrived before TryAcquire returned")
+			assert.NotContains(t, strings.ToLower(err.Error()), "releas", "the cleanup failed")
+			assert.False(t, ltExists(t, b, l.LockKey(res)), "the cleanup left the second copy's grant")
+
+			ltWaitAnswered(t, p, 1)
+			v, locked := ltGetKey(t, b, l.LockKey(res))
+			assert.False(t, locked, "the first copy of the acquire, arriving after TryAcquire returned an error, "+
+				"locked the resource (lock key %q, TTL %v): the cleanup deleted the second copy's grant but left no marker",
+				v, b.Client.PTTL(ctx, l.LockKey(res)).Val())
+		})
+
+		// The second copy finds the lock held and TryAcquire reports
+		// ErrNotAcquired. The holder releases; then the first copy arrives.
+		// Not covered yet (see TryAcquire's doc): marking every refused
+		// attempt would cost a write per refusal. This reproduces the case
+		// for the work that closes it.
+		t.Run("second copy refused", func(t *testing.T) {
+			t.Skip("known gap, documented on Locker.TryAcquire: a refused copy sets no marker, so a delayed first copy can lock the resource for one TTL (liveness only)")
+			const res = "resent-refused"
+			fl, p := proxied(t)
+			holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+			p.HoldRequests(1, hold)
+			lock, err := fl.TryAcquire(ctx, res, ltLongTTL)
+			assert.Nil(t, lock)
+			require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			require.Zero(t, p.Released(), "the first copy arrived before TryAcquire returned")
+			require.NoError(t, holder.Release(ctx))
+
+			ltWaitAnswered(t, p, 1)
+			v, locked := ltGetKey(t, b, l.LockKey(res))
+			assert.False(t, locked, "the first copy of the acquire, arriving after TryAcquire returned ErrNotAcquired, "+
+				"locked the resource (lock key %q, TTL %v): nothing marked the attempt over", v, b.Client.PTTL(ctx, l.LockKey(res)).Val())
+		})
 	})
 }
 
@@ -1492,6 +1928,37 @@ func TestAcquireWaitIsCappedByHolderTTL(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 }
 
+// ltAttemptCounter is a client hook that counts the acquire scripts (the
+// EVALSHA or EVAL naming tokenKey) that got a reply.
+type ltAttemptCounter struct {
+	tokenKey string
+	n        atomic.Int32
+}
+
+func (h *ltAttemptCounter) count() int { return int(h.n.Load()) }
+
+func (h *ltAttemptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ltAttemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ltAttemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		name := strings.ToLower(cmd.Name())
+		if err == nil && (name == "eval" || name == "evalsha") {
+			for _, a := range cmd.Args() {
+				if s, ok := a.(string); ok && s == h.tokenKey {
+					h.n.Add(1)
+					break
+				}
+			}
+		}
+		return err
+	}
+}
+
 // In the last millisecond of a lock Redis reports its PTTL as 0 while
 // the key still exists. An attempt landing there (likely: Acquire times its
 // retry to the holder's expiry) must still cap its wait, not sleep its
@@ -1508,14 +1975,27 @@ func TestAcquireWaitWhenHolderPTTLIsZero(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(0), pttl, "the holder's lock must be in its last millisecond")
 
+	// Acquire runs on a client that counts its attempts: the first must
+	// have found the lock held before the clock moves on.
+	c := redis.NewClient(&redis.Options{Addr: b.Miniredis().Addr()})
+	t.Cleanup(func() { c.Close() })
+	attempts := &ltAttemptCounter{tokenKey: l.TokenKey(res)}
+	c.AddHook(attempts)
+	waiter := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	done := make(chan ltAcquireResult, 1)
 	go func() {
-		lock, err := l.Acquire(actx, res, ltLongTTL, fencedlock.WithRetryDelay(time.Hour, time.Hour))
+		lock, err := waiter.Acquire(actx, res, ltLongTTL, fencedlock.WithRetryDelay(time.Hour, time.Hour))
 		done <- ltAcquireResult{lock, err, time.Now()}
 	}()
-	ltRequireStillWaiting(t, done) // its first attempt found the lock held
+	deadline := time.Now().Add(time.Second)
+	for attempts.count() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.GreaterOrEqual(t, attempts.count(), 1, "Acquire made no attempt")
+	ltRequireStillWaiting(t, done) // its attempts found the lock held
 	b.FastForward(t, time.Millisecond)
 	_, err = holder.TTL(ctx)
 	require.ErrorIs(t, err, fencedlock.ErrLockLost, "the holder's lock must have expired")
@@ -1624,8 +2104,8 @@ func TestLockKeyValue(t *testing.T) {
 }
 
 // The proxy the network tests build on: it forwards, pauses, delays,
-// drops replies and closes connections, and its cleanup ends every
-// goroutine it started.
+// drops replies, holds requests and closes connections, and its cleanup
+// ends every goroutine it started.
 func TestProxy(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	t.Run("faults", func(t *testing.T) {
@@ -1715,6 +2195,36 @@ func TestProxy(t *testing.T) {
 			line, err := reply(t, c3, r3, 2*time.Second)
 			require.NoError(t, err)
 			assert.Equal(t, ":2", line)
+		})
+
+		t.Run("HoldRequests delivers after the client has gone", func(t *testing.T) {
+			c3, r3 := dial(t)
+			send(t, c3, "PING")
+			_, err := reply(t, c3, r3, 2*time.Second)
+			require.NoError(t, err)
+
+			p.HoldRequests(1, 300*time.Millisecond)
+			send(t, c3, "INCR held")
+			_, err = reply(t, c3, r3, 50*time.Millisecond)
+			var ne net.Error
+			require.True(t, errors.As(err, &ne) && ne.Timeout(), "a reply arrived while the request was held: %v", err)
+			require.NoError(t, c3.Close()) // the client gives up
+			// Other requests flow meanwhile.
+			c4, r4 := dial(t)
+			send(t, c4, "PING")
+			line, err := reply(t, c4, r4, time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, "+PONG", line)
+			assert.Zero(t, direct.Exists(ctx, "held").Val(), "the held request reached the server early")
+			assert.Zero(t, p.Released())
+
+			deadline := time.Now().Add(5 * time.Second)
+			for p.Answered() < 1 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			assert.Equal(t, 1, p.Released())
+			assert.Equal(t, 1, p.Answered())
+			assert.Equal(t, "1", direct.Get(ctx, "held").Val(), "the held request did not run once its client had gone")
 		})
 
 		t.Run("CloseAll", func(t *testing.T) {

@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -15,6 +17,13 @@ import (
 
 // Backend is a Redis for one test: a fresh miniredis, or the process's
 // shared real redis-server with a key prefix of the test's own.
+//
+// On a real Redis the prefix keeps tests apart only for the calls that
+// honour it: FastForward does, but FlushAll and Restart act on the whole
+// shared server, deleting the keys of every test of the process. A test
+// that calls them must therefore not call t.Parallel (nor run beside one
+// that does): tests running at the same time would lose their locks and
+// counters under them.
 type Backend struct {
 	Name   string // "miniredis" or "redis"
 	Real   bool
@@ -56,7 +65,9 @@ func (b *Backend) FastForward(tb testing.TB, d time.Duration) {
 	}
 }
 
-// FlushAll deletes every key, as FLUSHALL or a lost Redis would.
+// FlushAll deletes every key, as FLUSHALL or a lost Redis would. On a real
+// Redis it flushes the whole shared server, not only this test's keys: see
+// Backend.
 func (b *Backend) FlushAll(tb testing.TB) {
 	tb.Helper()
 	if b.mini != nil {
@@ -69,7 +80,9 @@ func (b *Backend) FlushAll(tb testing.TB) {
 }
 
 // Restart kills the Redis and starts it empty (no persistence). miniredis
-// keeps its data across Restart, so there it flushes too.
+// keeps its data across Restart, so there it flushes too. On a real Redis
+// it restarts the whole shared server, which every test of the process
+// uses: see Backend.
 func (b *Backend) Restart(tb testing.TB) {
 	tb.Helper()
 	if b.mini != nil {
@@ -122,10 +135,30 @@ func StopShared() {
 // Main runs m and stops the shared server; call it from TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
+//
+// When real-Redis tests were skipped because redis-server is not on PATH,
+// it says so, and how to run them, in one line on stderr after the tests,
+// where a skip message of one test among many is easy to miss. `go test`
+// in a package's directory, `go test -v` and a failing package show the
+// line; for a passing package, `go test ./...` (package list mode) prints
+// only its "ok" summary and discards the rest of its output, this line
+// included.
 func Main(m *testing.M) {
 	code := m.Run()
 	StopShared()
+	reportSkipped(os.Stderr)
 	os.Exit(code)
+}
+
+// reportSkipped writes the line Main prints when Binary skipped tests.
+func reportSkipped(w io.Writer) {
+	if n := skipped.Load(); n > 0 {
+		tests := "tests"
+		if n == 1 {
+			tests = "test"
+		}
+		fmt.Fprintf(w, "redistest: %d real-Redis %s skipped: redis-server is not on PATH; install it (e.g. apt-get install redis-server) to run them, or set CI=true to make its absence fail\n", n, tests)
+	}
 }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -10,13 +11,19 @@ import (
 )
 
 // Proxy is a TCP proxy between Redis clients and a Redis server that
-// injects network faults: lost replies, a stalled network, latency, and
-// broken connections. Point a client at Addr instead of the server.
+// injects network faults: lost replies, a stalled network, latency,
+// requests held up on their way, and broken connections. Point a client at
+// Addr instead of the server. A replica can replicate through it too
+// (REPLICAOF to its address): Pause then stalls the replication stream.
 //
 // The proxy forwards bytes in chunks: whatever one read from a socket
 // returned. A small reply to one command is one chunk. Each accepted client
-// connection gets its own connection to the target; when either side of a
-// pair closes or fails, the proxy closes both.
+// connection gets its own connection to the target. When a client closes
+// its side, the proxy passes the close on to the server only after it has
+// delivered everything the client sent (chunks held by HoldRequests
+// included), and forwards the server's replies until the server closes
+// too, as TCP would. When a read or write fails, when the server closes
+// its side, or on CloseAll, the proxy closes both sides at once.
 //
 // Its methods are safe for concurrent use. It is closed when the test that
 // made it ends: the listener and every connection are closed and all its
@@ -39,6 +46,10 @@ type Proxy struct {
 	delay    time.Duration           // guarded by mu
 	drops    int                     // guarded by mu; server→client chunks still to drop
 	dropped  int                     // guarded by mu; server→client chunks dropped so far
+	holds    int                     // guarded by mu; client→server chunks still to hold
+	holdFor  time.Duration           // guarded by mu; how long HoldRequests holds each
+	released int                     // guarded by mu; held chunks delivered to the server
+	answered int                     // guarded by mu; held chunks the server replied to
 }
 
 // proxyConn is one client connection and its connection to the target.
@@ -46,6 +57,7 @@ type proxyConn struct {
 	client, server net.Conn
 	done           chan struct{} // closed by close
 	once           sync.Once
+	awaiting       int // guarded by Proxy.mu; held chunks delivered and not yet answered
 }
 
 func (c *proxyConn) close() {
@@ -143,6 +155,49 @@ func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// HoldRequests makes the proxy hold each of the next n chunks from a
+// client to the server for d (on top of any Delay) before delivering it,
+// while everything else flows on. A held chunk is delivered even if its
+// client has given up and closed its connection meanwhile: the proxy
+// passes the client's close on to the server only after the chunk, and
+// reads the server's answer, so the server runs a request that its client
+// no longer waits for, as a request delayed in the network would arrive.
+// Held chunks are dropped only when their connection is closed by
+// CloseAll, a failure, or the proxy's end. Calls add up (the last d
+// applies); n <= 0 adds nothing. Note that a new connection starts with
+// handshake commands, whose chunks count too: warm the client's pool first.
+func (p *Proxy) HoldRequests(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	if d < 0 {
+		d = 0
+	}
+	p.mu.Lock()
+	p.holds += n
+	p.holdFor = d
+	p.mu.Unlock()
+}
+
+// Released returns how many chunks held by HoldRequests have been
+// delivered to the server so far.
+func (p *Proxy) Released() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.released
+}
+
+// Answered returns how many chunks held by HoldRequests the server has
+// answered so far: for each, the first bytes the server sent on that
+// connection after the chunk was delivered have reached the proxy (so the
+// server has run the request). The answer is passed on to the client if
+// the client is still there.
+func (p *Proxy) Answered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered
+}
+
 // CloseAll closes every current connection, client and server side. The
 // proxy keeps accepting new ones.
 func (p *Proxy) CloseAll() {
@@ -221,10 +276,18 @@ func (p *Proxy) accept() {
 }
 
 // pipe forwards chunks from src to dst until either fails, then closes
-// the pair. fromServer marks the direction that DropReplies acts on.
+// the pair. fromServer marks the direction that DropReplies acts on; the
+// other one, from the client, is the one HoldRequests acts on. When the
+// client closes its side (EOF), the pipe from the client half-closes the
+// server connection and leaves the pair open: the pipe from the server
+// closes it once the server has closed, or a write to the client fails.
 func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 	defer p.wg.Done()
+	halfClosed := false
 	defer func() {
+		if halfClosed {
+			return
+		}
 		c.close()
 		p.mu.Lock()
 		delete(p.conns, c)
@@ -242,6 +305,16 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 		if n > 0 {
 			p.mu.Lock()
 			d := p.delay
+			held := false
+			if !fromServer && p.holds > 0 {
+				p.holds--
+				held = true
+				d += p.holdFor
+			}
+			if fromServer && c.awaiting > 0 {
+				c.awaiting--
+				p.answered++
+			}
 			p.mu.Unlock()
 			if d > 0 {
 				if timer == nil {
@@ -262,11 +335,21 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 			if drop {
 				return // the deferred close cuts the pair off
 			}
+			if held {
+				// Counted before the write: the server may answer before
+				// the write returns.
+				p.mu.Lock()
+				c.awaiting++
+				p.mu.Unlock()
+			}
 			_, werr := dst.Write(buf[:n])
 			p.mu.Lock()
 			p.inflight--
 			if p.inflight == 0 {
 				p.idle.Broadcast()
+			}
+			if held && werr == nil {
+				p.released++
 			}
 			p.mu.Unlock()
 			if werr != nil {
@@ -274,6 +357,14 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 			}
 		}
 		if err != nil {
+			if !fromServer && errors.Is(err, io.EOF) {
+				// The client is done sending: pass that on, and let the
+				// server's replies to what it sent flow until the server
+				// closes too.
+				if tc, ok := dst.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+					halfClosed = true
+				}
+			}
 			return
 		}
 	}

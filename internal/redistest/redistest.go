@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,10 +43,14 @@ func Binary(tb testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("redis-server is not on PATH and CI=true requires the real-Redis tests: %v", err)
 		}
+		skipped.Add(1)
 		tb.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the real-Redis tests")
 	}
 	return path
 }
+
+// skipped counts the tests and benchmarks Binary skipped.
+var skipped atomic.Int64
 
 // Start starts a redis-server and stops it when tb's test ends. extra
 // arguments are passed on its command line, e.g. "--cluster-enabled", "yes".
@@ -96,6 +101,7 @@ func freePort() (int, error) {
 
 func (s *Server) launch(bin string) error {
 	cmd := exec.Command(bin, s.args...)
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -1,0 +1,116 @@
+package fencedlock_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// foInfo returns the fields of INFO section as a map.
+func foInfo(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
+	raw, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(raw, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields, nil
+}
+
+// foWaitInSync waits until the replica's link to its master is up and it
+// has applied everything the master has sent it: its replication offset
+// equals the master's.
+func foWaitInSync(t *testing.T, ctx context.Context, master, replica *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		m, err := foInfo(ctx, master, "replication")
+		require.NoError(t, err)
+		r, err := foInfo(ctx, replica, "replication")
+		require.NoError(t, err)
+		last = "master_repl_offset " + m["master_repl_offset"] + ", replica: master_link_status " +
+			r["master_link_status"] + ", slave_repl_offset " + r["slave_repl_offset"]
+		if r["master_link_status"] == "up" && m["master_repl_offset"] != "" &&
+			m["master_repl_offset"] == r["slave_repl_offset"] {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the replica did not catch up with its master: %s", last)
+}
+
+// A failover to a replica that missed the latest grant: A is granted a
+// token on the master while replication is stalled, the replica is
+// promoted without A's grant (its counter lags one INCR behind), and B
+// acquires on it. The grant raises the lagging counter to the clock, so B's
+// token is above A's and the store refuses A's late write. Without that
+// raise B would get A's token again, and an equal token passes the fence.
+func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
+	ctx := ltCtx(t)
+	// No delay before a diskless full sync (the default waits 5s for more
+	// replicas to come).
+	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	replica := redistest.Start(t)
+	mc, rc := master.Client(t), replica.Client(t)
+
+	// The replica replicates through the proxy, so that Pause stalls the
+	// replication stream.
+	p := redistest.NewProxy(t, master.Addr)
+	host, port, err := net.SplitHostPort(p.Addr())
+	require.NoError(t, err)
+	require.NoError(t, rc.Do(ctx, "REPLICAOF", host, port).Err())
+	foWaitInSync(t, ctx, mc, rc)
+
+	const res = "failover"
+	onMaster, onReplica := fencedlock.New(mc), fencedlock.New(rc)
+	first := ltGrant(t, ctx, onMaster, res)
+	foWaitInSync(t, ctx, mc, rc)
+	counter, err := rc.Get(ctx, onReplica.TokenKey(res)).Result()
+	require.NoError(t, err)
+	require.Equal(t, first.String(), counter, "the replica must hold the counter of the first grant")
+
+	// Replication stalls; A is granted a token on the master.
+	p.Pause()
+	a := ltTryAcquire(t, ctx, onMaster, res, ltLongTTL)
+	require.Greater(t, a.Token(), first)
+
+	// Failover: the replica becomes a master without A's grant.
+	require.NoError(t, rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
+	r, err := foInfo(ctx, rc, "replication")
+	require.NoError(t, err)
+	require.Equal(t, "master", r["role"])
+	counter, err = rc.Get(ctx, onReplica.TokenKey(res)).Result()
+	require.NoError(t, err)
+	require.Equal(t, first.String(), counter, "the promoted replica must have missed A's grant: its counter lags")
+	n, err := rc.Exists(ctx, onReplica.LockKey(res)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the promoted replica must not hold A's lock")
+
+	// B acquires on the new master: it must get a token above A's.
+	bl := ltTryAcquire(t, ctx, onReplica, res, ltLongTTL)
+	require.Greater(t, bl.Token(), a.Token(), "the promoted replica granted a token (%d) not above the one the old master granted (%d): its lagging counter %s was not raised", bl.Token(), a.Token(), first)
+
+	// A still believes it holds the lock. B writes, then A's late write
+	// is refused.
+	s := fencedlock.NewMemoryStore()
+	require.NoError(t, s.Put(ctx, res, bl.Token(), []byte("B")))
+	err = s.Put(ctx, res, a.Token(), []byte("A"))
+	ltRequireStale(t, err, res, a.Token(), bl.Token())
+	ltRequireValue(t, ctx, s, res, "B", bl.Token())
+	t.Logf("first grant %d, A on the old master %d, B on the promoted replica %d (%s µs later)",
+		first, a.Token(), bl.Token(), strconv.FormatUint(uint64(bl.Token()-a.Token()), 10))
+}
