@@ -163,9 +163,10 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 	if token == 0 || token > MaxRedisStoreToken {
 		return fmt.Errorf("%w: token %d for resource %q is outside 1..2^53-1", ErrInvalidToken, token, resource)
 	}
-	res, err := putScript.Run(ctx, s.client, []string{s.Key(resource)}, token.String(), value).Slice()
+	key := s.Key(resource)
+	res, err := putScript.Run(ctx, s.client, []string{key}, token.String(), value).Slice()
 	if err != nil {
-		return scriptErr("put", resource, err, s.Key(resource))
+		return scriptErr("put", resource, err, key)
 	}
 	if len(res) == 1 {
 		if n, _ := res[0].(int64); n == 1 {
