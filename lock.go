@@ -340,12 +340,15 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		if err != nil {
 			// When ctx ended, say so with both sentinels, and keep the
 			// attempt's error: it may report a failed cleanup.
-			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			ctxErr := ctx.Err()
+			switch {
+			case ctxErr == nil:
+				return nil, err
+			case errors.Is(err, ctxErr):
 				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
-			} else if ctxErr != nil {
+			default:
 				return nil, fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
 			}
-			return nil, err
 		}
 		if granted {
 			return lock, nil
