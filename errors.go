@@ -20,6 +20,11 @@ var (
 	// until a newer token is used; stop working and acquire again.
 	ErrLockLost = errors.New("fencedlock: lock lost")
 
+	// ErrReleased is what Lock.Err returns once Release has released the
+	// lock. Calls on a released Lock return errors wrapping both it and
+	// ErrLockLost.
+	ErrReleased = errors.New("fencedlock: lock released")
+
 	// ErrStaleToken means a store refused a write because it already holds
 	// a value written with a higher token: the writer lost its lock. The
 	// writer should acquire again (getting a higher token), re-read the

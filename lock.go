@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
-	mrand "math/rand"
 	"reflect"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +40,11 @@ type Locker struct {
 	client redis.UniversalClient
 	prefix string
 	err    error // set by New for a configuration that cannot work
+
+	mu      sync.Mutex             // guards the fields below
+	queues  map[string]*waitQueue  // local waiters by resource
+	subs    map[uint16]*subscriber // subscriptions by group (see subGroup)
+	sharded int8                   // 0: not known yet; 1: SSUBSCRIBE; -1: SUBSCRIBE
 }
 
 // Option configures a Locker in New. The one option is WithPrefix; a nil
@@ -159,13 +162,25 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
 	nonce := hex.EncodeToString(b[:])
-	return &Lock{
-		locker:   l,
-		resource: resource,
-		keys:     [3]string{l.LockKey(resource), l.TokenKey(resource), l.key(resource, "abandoned:"+nonce)},
-		owner:    nonce + ":",
-	}, nil
+	k := &Lock{locker: l, resource: resource, owner: nonce + ":"}
+	// One allocation for all the names: the keys are slices of it.
+	base := keyFor(l.prefix, resource, "")
+	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
+	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
+		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
+	}
+	k.channel = all
+	return k, nil
 }
+
+// Indexes into Lock.keys.
+const (
+	keyLock = iota
+	keyToken
+	keyQueue
+	keyDeadlines
+	keyMarker
+)
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
 // to Redis. On success the Lock carries a fresh token, higher than every
@@ -208,33 +223,38 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		return nil, err
 	}
-	granted, _, err := l.attempt(ctx, lock, ms)
+	sent := time.Now()
+	granted, _, err := l.attempt(ctx, lock, ms, 0)
 	if err != nil {
 		return nil, err
 	}
 	if !granted {
-		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, resource)
+		return nil, fmt.Errorf("%w: %q is held by another owner or promised to a waiter", ErrNotAcquired, resource)
 	}
+	lock.hold(sent, ttl)
 	return lock, nil
 }
 
 // attempt runs the acquire script once for an ungranted lock. When
-// granted it sets lock's token and reports true; when the lock is held it
-// reports false and the holder's remaining TTL.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.Duration, error) {
-	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms).Slice()
+// granted it sets lock's token and reports true; when not, it reports how
+// long until the lock may be free. life is 0 for a single attempt; for a
+// waiter, it is how long its place in the queue lasts without another
+// attempt.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, time.Duration, error) {
+	var lifeArg any = ""
+	if life > 0 {
+		lifeArg = life.Milliseconds()
+	}
+	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg).Slice()
 	if err != nil {
-		err = scriptErr("acquire", lock.resource, err, lock.keys[:2]...)
+		err = scriptErr("acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 		if !isServerError(err) {
 			// The grant may have happened with its reply lost, or the
 			// request may still be on its way: free the lock, or mark the
 			// attempt abandoned so that the script refuses it on arrival.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			// At most the longest time.Duration: ms came from one.
 			markerMS := min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
-			cerr := abandonScript.Run(cctx, l.client, []string{lock.keys[0], lock.keys[2]}, lock.owner, markerMS).Err()
-			cancel()
-			if cerr != nil {
+			if cerr := lock.giveUp(ctx, ms, life > 0, markerMS); cerr != nil {
 				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
 			}
 		}
@@ -244,11 +264,11 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64) (bool, time.
 		return false, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
 	}
 	if granted, _ := res[0].(int64); granted != 1 {
-		pttl, _ := res[1].(int64)
-		if pttl == -3 {
+		wait, _ := res[1].(int64)
+		if wait == -3 {
 			return false, 0, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
 		}
-		return false, time.Duration(pttl) * time.Millisecond, nil
+		return false, time.Duration(wait) * time.Millisecond, nil
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
@@ -270,114 +290,6 @@ func tokenFromReply(v any) (Token, error) {
 		return ParseToken(v)
 	}
 	return 0, fmt.Errorf("%w: unexpected token reply %v", ErrInvalidToken, v)
-}
-
-// AcquireOption configures one call of Acquire.
-type AcquireOption func(*acquireConfig)
-
-type acquireConfig struct {
-	minDelay, maxDelay time.Duration
-}
-
-// Default retry delays of Acquire.
-const (
-	DefaultMinRetryDelay = 2 * time.Millisecond
-	DefaultMaxRetryDelay = 64 * time.Millisecond
-)
-
-// WithRetryDelay sets the bounds of the delay between Acquire's attempts
-// while the lock is held. The delay starts at minDelay and doubles up to
-// maxDelay, each wait drawn at random from its upper half, and no wait
-// outlasts the holder's remaining TTL (plus the millisecond PTTL rounds
-// away), so an expired lock is taken at once. Defaults: DefaultMinRetryDelay and
-// DefaultMaxRetryDelay. A minDelay below 1ms is raised to 1ms and a
-// maxDelay below minDelay is raised to minDelay.
-func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
-	return func(c *acquireConfig) { c.minDelay, c.maxDelay = minDelay, maxDelay }
-}
-
-// Acquire locks resource for ttl, waiting while another owner holds it,
-// until it gets the lock or ctx is done. On success the Lock carries a
-// fresh token, higher than every token granted on resource before. When
-// ctx ends first it returns an error that wraps both ErrNotAcquired and
-// ctx.Err(). Errors other than a held lock (a Redis failure, bad input)
-// end the wait at once.
-func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
-	if err := l.check(resource); err != nil {
-		return nil, err
-	}
-	ms, err := ttlMillis(ttl)
-	if err != nil {
-		return nil, err
-	}
-	cfg := acquireConfig{minDelay: DefaultMinRetryDelay, maxDelay: DefaultMaxRetryDelay}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
-	if cfg.minDelay < time.Millisecond {
-		cfg.minDelay = time.Millisecond
-	}
-	if cfg.maxDelay < cfg.minDelay {
-		cfg.maxDelay = cfg.minDelay
-	}
-	lock, err := l.newLock(resource)
-	if err != nil {
-		return nil, err
-	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for delay := cfg.minDelay; ; delay = nextDelay(delay, cfg.maxDelay) {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
-		}
-		granted, holderTTL, err := l.attempt(ctx, lock, ms)
-		if err != nil {
-			// When ctx ended, say so with both sentinels, and keep the
-			// attempt's error: it may report a failed cleanup.
-			ctxErr := ctx.Err()
-			switch {
-			case ctxErr == nil:
-				return nil, err
-			case errors.Is(err, ctxErr):
-				return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
-			default:
-				return nil, fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
-			}
-		}
-		if granted {
-			return lock, nil
-		}
-		wait := delay/2 + time.Duration(mrand.Int63n(int64(delay/2)+1))
-		// PTTL counts whole milliseconds left, rounded down: 0 is the last
-		// one. A negative PTTL is a key without expiry: no bound.
-		if bound := holderTTL + time.Millisecond; holderTTL >= 0 && bound < wait {
-			wait = bound
-		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctx.Err())
-		case <-timer.C:
-		}
-	}
-}
-
-// nextDelay doubles delay up to maxDelay, without overflowing.
-func nextDelay(delay, maxDelay time.Duration) time.Duration {
-	if delay > maxDelay/2 {
-		return maxDelay
-	}
-	return 2 * delay
 }
 
 // maxFloor is the highest floor Advance takes: the counter must stay
@@ -406,123 +318,4 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 		return scriptErr("advance", resource, err, l.TokenKey(resource))
 	}
 	return nil
-}
-
-// Lock is a granted lock on one resource, with the fencing token of its
-// grant. Pass Token with every write to the protected resource.
-//
-// Get a Lock from a Locker. The methods of a nil or zero Lock return
-// errors wrapping ErrInvalidArgument (Resource and Token return zero
-// values).
-//
-// A Lock is safe for concurrent use by multiple goroutines.
-type Lock struct {
-	locker   *Locker
-	resource string
-	keys     [3]string // lock key, token key, abandon marker of the acquire attempt
-	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
-	token    Token     // zero until granted
-}
-
-// Resource returns the name of the locked resource.
-func (k *Lock) Resource() string {
-	if k == nil {
-		return ""
-	}
-	return k.resource
-}
-
-// Token returns the fencing token of this grant. It does not change for
-// the life of the Lock: Refresh keeps it.
-func (k *Lock) Token() Token {
-	if k == nil {
-		return 0
-	}
-	return k.token
-}
-
-// Refresh sets the lock's TTL to ttl from now, if this Lock still holds
-// it. Otherwise (the key expired, was deleted, or holds another owner's
-// value or a value of another type) it returns an error wrapping
-// ErrLockLost and changes nothing. ttl must be at least one millisecond.
-func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
-	if err := k.check(); err != nil {
-		return err
-	}
-	ms, err := ttlMillis(ttl)
-	if err != nil {
-		return err
-	}
-	n, err := refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ms).Int64()
-	if err != nil {
-		return scriptErr("refresh", k.resource, err, k.keys[0])
-	}
-	if n != 1 {
-		return k.lost()
-	}
-	return nil
-}
-
-// Release deletes the lock if this Lock still holds it. Otherwise it
-// returns an error wrapping ErrLockLost and changes nothing: a late Release
-// never frees another owner's lock. Release is bounded by ctx; to release
-// after ctx is done (in a deferred cleanup, say), pass a short detached
-// context: context.WithTimeout(context.WithoutCancel(ctx), time.Second).
-//
-// When the reply to a Release is lost and the client sends it again, the
-// second run finds the key gone and Release reports ErrLockLost although
-// the first run deleted it. Either way this Lock no longer holds the lock.
-func (k *Lock) Release(ctx context.Context) error {
-	if err := k.check(); err != nil {
-		return err
-	}
-	n, err := releaseScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
-	if err != nil {
-		return scriptErr("release", k.resource, err, k.keys[0])
-	}
-	if n != 1 {
-		return k.lost()
-	}
-	return nil
-}
-
-// TTL returns the lock's remaining time to live in Redis, if this Lock
-// still holds it; otherwise an error wrapping ErrLockLost. It is a
-// measurement, not a safety check: the lock can expire right after it
-// returns. Only the store's token check is safe.
-func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if err := k.check(); err != nil {
-		return 0, err
-	}
-	ms, err := pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
-	if err != nil {
-		return 0, scriptErr("ttl", k.resource, err, k.keys[0])
-	}
-	if ms == -3 {
-		return 0, k.lost()
-	}
-	if ms < 0 {
-		return 0, fmt.Errorf("fencedlock: ttl %q: lock key has no expiry (pttl %d)", k.resource, ms)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-func (k *Lock) check() error {
-	if k == nil || k.locker == nil || k.locker.client == nil {
-		return invalidArg("nil or zero Lock: use one returned by a Locker")
-	}
-	return nil
-}
-
-func (k *Lock) lost() error {
-	return fmt.Errorf("%w: %q (token %d)", ErrLockLost, k.resource, k.token)
-}
-
-// String describes the lock for logs: resource and token, not the owner
-// nonce.
-func (k *Lock) String() string {
-	if k == nil {
-		return "fencedlock.Lock(nil)"
-	}
-	return "fencedlock.Lock{" + strconv.Quote(k.resource) + " token " + k.token.String() + "}"
 }

@@ -1207,7 +1207,7 @@ var errLtLostReply = errors.New("lt: reply lost in transit")
 // caller's context and returning its error.
 type ltLoseReplyHook struct {
 	mu       sync.Mutex
-	tokenKey string             // the acquire script is the one that names it
+	tokenKey string             // names the resource: see ltIsAcquire
 	armed    bool               // guarded by mu
 	cancel   context.CancelFunc // guarded by mu; nil: return errLtLostReply
 	lost     int                // guarded by mu
@@ -1255,17 +1255,26 @@ func (h *ltLoseReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-func (h *ltLoseReplyHook) isAcquire(cmd redis.Cmder) bool {
+func (h *ltLoseReplyHook) isAcquire(cmd redis.Cmder) bool { return ltIsAcquire(cmd, h.tokenKey) }
+
+// ltIsAcquire reports whether cmd runs the acquire script on the resource
+// whose token counter is tokenKey: a script naming that key but not the
+// resource's channel, which the release script names.
+func ltIsAcquire(cmd redis.Cmder, tokenKey string) bool {
 	name := strings.ToLower(cmd.Name())
 	if name != "eval" && name != "evalsha" {
 		return false
 	}
+	named := false
 	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok && s == h.tokenKey {
-			return true
+		if s, ok := a.(string); ok {
+			if strings.HasSuffix(s, ":grants") {
+				return false
+			}
+			named = named || s == tokenKey
 		}
 	}
-	return false
+	return named
 }
 
 // A grant whose reply is lost is freed, and only that grant.
@@ -1544,16 +1553,16 @@ func (s *ltCleanupSpy) isCleanup(cmd redis.Cmder) bool {
 	if name != "eval" && name != "evalsha" {
 		return false
 	}
-	marker := false
+	// The cleanup is the release script run with the attempt's marker:
+	// the acquire script names the marker too, but not the channel.
+	marker, channel := false, false
 	for _, a := range cmd.Args() {
 		if str, ok := a.(string); ok {
-			if str == s.tokenKey {
-				return false
-			}
 			marker = marker || strings.Contains(str, ":abandoned:")
+			channel = channel || strings.HasSuffix(str, ":grants")
 		}
 	}
-	return marker
+	return marker && channel
 }
 
 // grant returns the number of cleanup calls and the token of the grant the
@@ -1946,14 +1955,8 @@ func (h *ltAttemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 func (h *ltAttemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		name := strings.ToLower(cmd.Name())
-		if err == nil && (name == "eval" || name == "evalsha") {
-			for _, a := range cmd.Args() {
-				if s, ok := a.(string); ok && s == h.tokenKey {
-					h.n.Add(1)
-					break
-				}
-			}
+		if err == nil && ltIsAcquire(cmd, h.tokenKey) {
+			h.n.Add(1)
 		}
 		return err
 	}

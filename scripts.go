@@ -14,8 +14,8 @@ var (
 	counterLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
-	//go:embed lua/abandon.lua
-	abandonLua string
+	//go:embed lua/queue.lua
+	queueLua string
 	//go:embed lua/advance.lua
 	advanceLua string
 	//go:embed lua/owner.lua
@@ -33,10 +33,9 @@ var (
 // The scripts run with EVALSHA, falling back to EVAL once per server when
 // the script cache does not hold them.
 var (
-	acquireScript = redis.NewScript(counterLua + acquireLua)
-	abandonScript = redis.NewScript(ownerLua + abandonLua)
+	acquireScript = redis.NewScript(counterLua + queueLua + acquireLua)
 	advanceScript = redis.NewScript(counterLua + advanceLua)
-	releaseScript = redis.NewScript(ownerLua + releaseLua)
+	releaseScript = redis.NewScript(counterLua + queueLua + releaseLua)
 	refreshScript = redis.NewScript(ownerLua + refreshLua)
 	pttlScript    = redis.NewScript(ownerLua + pttlLua)
 	putScript     = redis.NewScript(putLua)

@@ -1,49 +1,58 @@
 -- Grants a lock and its fencing token in one atomic step.
--- KEYS[1]: lock key, KEYS[2]: token counter key,
--- KEYS[3]: this attempt's abandon marker (all three in one hash slot)
--- ARGV[1]: owner nonce followed by ':', ARGV[2]: TTL in milliseconds
+-- KEYS[1]: lock key, KEYS[2]: token counter key, KEYS[3], KEYS[4]: the
+-- queue of waiters, KEYS[5]: this attempt's abandon marker (all in one
+-- hash slot)
+-- ARGV[1]: owner nonce followed by ':', ARGV[2]: TTL in milliseconds,
+-- ARGV[3]: '' for a single attempt; for a waiter, the life in
+-- milliseconds of its place in the queue
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
--- Returns {1, token} when granted, {0, pttl} when another owner holds the
--- lock, {0, -3} when the attempt was abandoned. A run for an owner that
--- already holds the lock returns its grant again, unchanged: a client that
--- lost the reply and sent the command again gets the lock it was granted
--- instead of waiting for it to expire. A run arriving after its client
--- gave up on it (the marker the client's cleanup left) grants nothing.
+-- Returns {1, token} when granted; {0, ms} when not, where ms is how long
+-- until the lock may be free (the holder's PTTL, or the remaining life of
+-- the waiter ahead in the queue); {0, -3} when the attempt was abandoned.
 --
--- The token is INCR of the counter after raising the counter to the
--- server clock in microseconds when it is missing or behind it. A counter
--- that is lost, or that lags because a replica promoted in a failover
--- missed INCRs, so does not grant a token again, as long as the servers'
--- clocks do not step back.
+-- A run for an owner that already holds the lock returns its grant again
+-- with its TTL renewed: a client that lost the reply and sent the command
+-- again, or a waiter the lock was handed to by a release, gets the lock it
+-- was granted instead of waiting for it to expire. A run arriving after
+-- its client gave up on it (the marker the client's cleanup left) grants
+-- nothing and queues nothing.
 --
--- The counter is raised, and the lock set with NX PX, only when the lock
--- key is free; everything is checked before anything is written, so an
--- error leaves neither a lock nor a raised counter.
+-- A free lock goes to the first live waiter in the queue: a run that is
+-- not that waiter is refused, and a waiter's run takes (or keeps) its
+-- place in the queue. Everything is checked before anything is written, so
+-- an error leaves neither a lock nor a raised counter.
+local waiting = ARGV[3] ~= ''
+local entry = ARGV[1] .. ARGV[2]
+if waiting and redis.call('EXISTS', KEYS[5]) == 1 then
+  return {0, -3}
+end
 local held = redis.call('GET', KEYS[1])
 if held then
   if string.sub(held, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, string.sub(held, #ARGV[1] + 1)}
+  end
+  if waiting then
+    enqueue(entry, tonumber(ARGV[3]))
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, -3}
 end
-local c = read_counter(KEYS[2])
-if type(c) == 'table' then
-  return c
+local head = queue_head()
+if head and head ~= entry then
+  if waiting then
+    enqueue(entry, tonumber(ARGV[3]))
+  end
+  return {0, tonumber(redis.call('HGET', KEYS[4], head)) - now_ms()}
 end
-local now = clock_seed()
-if not c or less(c, now) then
-  redis.call('SET', KEYS[2], now)
+local t = grant(ARGV[1], ARGV[2])
+if type(t) == 'table' then
+  return t
 end
-local t = redis.call('INCR', KEYS[2])
-if t < 9007199254740992 then
-  t = string.format('%d', t)
-else
-  -- beyond 2^53 a Lua number is not exact: use the stored digits
-  t = redis.call('GET', KEYS[2])
+if head then
+  dequeue(entry)
 end
-redis.call('SET', KEYS[1], ARGV[1] .. t, 'NX', 'PX', ARGV[2])
 return {1, t}

@@ -44,9 +44,54 @@ local function read_counter(key)
   return c
 end
 
+-- The Redis server clock, read once per run: {seconds, microseconds}.
+local server_time
+local function now()
+  if not server_time then
+    server_time = redis.call('TIME')
+  end
+  return server_time
+end
+
 -- The Redis server clock in microseconds, as a digit string: the floor of
 -- a counter when a token is granted.
 local function clock_seed()
-  local now = redis.call('TIME')
-  return now[1] .. string.format('%06d', tonumber(now[2]))
+  local t = now()
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- The Redis server clock in milliseconds, as a number (exact: below 2^53).
+local function now_ms()
+  local t = now()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Grants the lock at KEYS[1] to owner for ttl milliseconds with a fresh
+-- token from the counter at KEYS[2], overwriting the lock key. Returns the
+-- token as a digit string, or an error reply (a table), having written
+-- nothing, when the counter is unusable.
+--
+-- The token is INCR of the counter after raising the counter to the
+-- server clock in microseconds when it is missing or behind it. A counter
+-- that is lost, or that lags because a replica promoted in a failover
+-- missed INCRs, so does not grant a token again, as long as the servers'
+-- clocks do not step back.
+local function grant(owner, ttl)
+  local c = read_counter(KEYS[2])
+  if type(c) == 'table' then
+    return c
+  end
+  local seed = clock_seed()
+  if not c or less(c, seed) then
+    redis.call('SET', KEYS[2], seed)
+  end
+  local t = redis.call('INCR', KEYS[2])
+  if t < 9007199254740992 then
+    t = string.format('%d', t)
+  else
+    -- beyond 2^53 a Lua number is not exact: use the stored digits
+    t = redis.call('GET', KEYS[2])
+  end
+  redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
+  return t
 end

@@ -1,7 +1,40 @@
--- Deletes a lock if it still belongs to the caller.
--- KEYS[1]: lock key; ARGV[1]: owner nonce followed by ':'
--- Returns 1 when deleted, 0 when the key is gone or not the caller's.
-if owned() then
-  return redis.call('DEL', KEYS[1])
+-- Releases a lock, handing it to the first live waiter in the queue.
+-- KEYS[1]: lock key, KEYS[2]: token counter key, KEYS[3], KEYS[4]: the
+-- queue of waiters, KEYS[5]: an abandon marker or ''
+-- ARGV[1]: owner nonce followed by ':', ARGV[2]: the resource's channel,
+-- ARGV[3]: the caller's own queue entry to remove, or '',
+-- ARGV[4]: the marker's TTL in milliseconds, or ''
+--
+-- A waiter that gives up runs it with its entry: it leaves the queue, and
+-- a lock handed to it meanwhile goes on to the next waiter. A client that
+-- lost the reply to an acquire runs it with the attempt's marker, which
+-- makes the acquire script refuse any copy of the attempt still on its way.
+--
+-- When the caller holds the lock and a waiter is queued, the lock is
+-- granted to that waiter with a fresh token, as the acquire script would,
+-- and "<owner nonce>:<token>" is published on the channel. Returns {0}
+-- when the caller did not hold the lock, {1} when it was released and
+-- deleted, {1, owner, token} when it was handed to owner.
+if ARGV[3] ~= '' then
+  dequeue(ARGV[3])
 end
-return 0
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
+end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
+  return {0}
+end
+local head, owner, ttl = queue_head()
+if head then
+  local t = grant(owner, ttl)
+  -- an unusable counter hands nothing on: the waiter's own attempt
+  -- reports it
+  if type(t) ~= 'table' then
+    dequeue(head)
+    publish(ARGV[2], owner .. t)
+    return {1, owner, t}
+  end
+end
+redis.call('DEL', KEYS[1])
+return {1}

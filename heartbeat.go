@@ -1,0 +1,158 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// WithHeartbeat makes Acquire keep the lock it returns: every interval, a
+// background goroutine refreshes the lock for its TTL, until Release or
+// until the lock is lost. An interval of 0 means a third of the TTL; it
+// must be below the TTL.
+//
+// The Lock is lost, Done is closed and Err wraps ErrLockLost, as soon as a
+// refresh finds the key gone or holding another owner's value. A refresh
+// that fails for any other reason (Redis unreachable, slow, failing over)
+// is tried again, every quarter interval, until the TTL granted by the
+// last successful refresh (or by the grant) would have passed, measured on
+// the local monotonic clock from before that refresh was sent; then the
+// Lock is lost, which can be before Redis lets the key expire but never
+// after. Once lost, nothing more is sent to Redis for the Lock. A refresh
+// in flight at that moment is left to finish within the client's own
+// timeouts.
+//
+// The heartbeat keeps the lock alive; it does not make writes safe. A
+// process that is paused (GC, SIGSTOP, a slow disk) does not run its
+// heartbeat either, and the lock expires under it: only the store's token
+// check stops its late writes. Call Release when done: the heartbeat of a
+// Lock that is never released keeps the lock for ever.
+func WithHeartbeat(interval time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.heartbeat, c.beat = interval, true }
+}
+
+// heartbeatInterval checks the interval of WithHeartbeat against ttl.
+func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
+	switch {
+	case interval < 0:
+		return 0, invalidArg("heartbeat interval %v is negative", interval)
+	case interval == 0:
+		return ttl / 3, nil
+	case interval >= ttl:
+		return 0, invalidArg("heartbeat interval %v is not below the ttl %v", interval, ttl)
+	}
+	return interval, nil
+}
+
+// startHeartbeat starts refreshing the held Lock every interval.
+func (k *Lock) startHeartbeat(interval time.Duration) {
+	ctx, stop := context.WithCancel(context.Background())
+	k.mu.Lock()
+	if k.err != nil {
+		k.mu.Unlock()
+		stop()
+		return
+	}
+	k.stop = stop
+	next := k.base.Add(interval)
+	k.mu.Unlock()
+	go k.heartbeat(ctx, interval, next)
+}
+
+// heartbeat is the goroutine of startHeartbeat; ctx ends when the Lock
+// does.
+func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, next time.Time) {
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		k.mu.Lock()
+		base, ttl := k.base, k.ttl
+		k.mu.Unlock()
+		deadline := base.Add(ttl)
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
+			return
+		}
+		err := k.refreshBy(ctx, ttl, deadline)
+		if ctx.Err() != nil {
+			return // released or ended meanwhile: the result does not matter
+		}
+		switch {
+		case err == nil:
+			k.hold(sent, ttl)
+			next = sent.Add(interval)
+		case err == errNotHeld:
+			k.lost("refresh found the lock gone or taken")
+			return
+		case !time.Now().Before(deadline):
+			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
+			return
+		default:
+			next = time.Now().Add(max(interval/4, time.Millisecond))
+		}
+		timer.Reset(time.Until(next))
+	}
+}
+
+// refreshBy runs one refresh for ttl, giving up on its answer at deadline
+// or when ctx ends: the client may not heed ctx while it waits for a reply,
+// so the call runs in its own goroutine, which ends within the client's
+// timeouts.
+func (k *Lock) refreshBy(ctx context.Context, ttl time.Duration, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	result := make(chan error, 1)
+	go func() { result <- k.refresh(ctx, ttl) }()
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Do runs fn while holding the lock on resource. It acquires the lock
+// like Acquire, waiting until it is free or ctx is done, keeps it with a
+// heartbeat at a third of ttl (see WithHeartbeat), runs fn, and releases
+// the lock when fn returns or panics, within a short timeout of its own
+// even when ctx is done.
+//
+// fn's context is cancelled the moment the lock is found lost, with a
+// cause wrapping ErrLockLost (read it with context.Cause), and when ctx is
+// done. fn must stop when it is: writes it makes after that are refused by
+// a fenced store, but work outside the store is not protected. Pass
+// lock.Token with every write.
+//
+// Do returns fn's error, or the error of acquiring the lock (fn does not
+// run then). An error from the final Release is not returned: the work is
+// done, and a lock that could not be released ends when its TTL runs out.
+func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, lock *Lock) error) error {
+	if fn == nil {
+		return invalidArg("nil fn")
+	}
+	lock, err := l.Acquire(ctx, resource, ttl, WithHeartbeat(0))
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	lock.mu.Lock()
+	if lock.err != nil {
+		cancel(lock.err)
+	} else {
+		lock.onEnd = func(err error) { cancel(err) }
+	}
+	lock.mu.Unlock()
+	defer func() {
+		cancel(context.Canceled)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer rcancel()
+		_ = lock.Release(rctx)
+	}()
+	return fn(fnCtx, lock)
+}

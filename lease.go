@@ -1,0 +1,320 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Lock is a granted lock on one resource, with the fencing token of its
+// grant. Pass Token with every write to the protected resource.
+//
+// A Lock is held until Release releases it or it is found lost: a Refresh,
+// Release or TTL call, or the heartbeat (see WithHeartbeat), finds the key
+// gone or another owner's, or the heartbeat could not refresh the lock
+// before its TTL ran out. Done and Err report which. Once a Lock is no
+// longer held, its methods send nothing more to Redis.
+//
+// Get a Lock from a Locker. The methods of a nil or zero Lock return
+// errors wrapping ErrInvalidArgument (Resource and Token return zero
+// values, Done a closed channel).
+//
+// A Lock is safe for concurrent use by multiple goroutines.
+type Lock struct {
+	locker   *Locker
+	resource string
+	keys     [5]string // lock, token counter, queue, queue deadlines, abandon marker of the acquire attempt
+	channel  string    // where releases that hand the lock on publish
+	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
+	token    Token     // zero until granted
+
+	mu    sync.Mutex
+	base  time.Time          // local time before the last successful grant or refresh was sent
+	ttl   time.Duration      // the TTL that grant or refresh set: the lock is held at least until base+ttl
+	err   error              // nil while held
+	done  chan struct{}      // made on demand; closed when err is set
+	stop  context.CancelFunc // stops the heartbeat, if one runs
+	onEnd func(error)        // called once when err is set
+}
+
+// closedChan is the Done channel of Locks that ended before anyone asked.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Resource returns the name of the locked resource.
+func (k *Lock) Resource() string {
+	if k == nil {
+		return ""
+	}
+	return k.resource
+}
+
+// Token returns the fencing token of this grant. It does not change for
+// the life of the Lock: Refresh keeps it.
+func (k *Lock) Token() Token {
+	if k == nil {
+		return 0
+	}
+	return k.token
+}
+
+// Done returns a channel that is closed once the Lock is no longer held:
+// released by Release, or found lost. Err tells which. Without a
+// heartbeat, loss is found only by a call to Refresh, Release or TTL.
+func (k *Lock) Done() <-chan struct{} {
+	if k.check() != nil {
+		return closedChan
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done == nil {
+		if k.err != nil {
+			return closedChan
+		}
+		k.done = make(chan struct{})
+	}
+	return k.done
+}
+
+// Err returns nil while the Lock is held, ErrReleased once Release has
+// released it, and an error wrapping ErrLockLost once it was found lost.
+func (k *Lock) Err() error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// hold records a grant, or a refresh, of the lock for ttl, sent at sent:
+// the lock is held at least until sent+ttl.
+func (k *Lock) hold(sent time.Time, ttl time.Duration) {
+	k.mu.Lock()
+	if sent.After(k.base) {
+		k.base, k.ttl = sent, ttl
+	}
+	k.mu.Unlock()
+}
+
+// end marks the Lock no longer held, for the reason err, unless it already
+// ended. It closes Done, stops the heartbeat and calls onEnd.
+func (k *Lock) end(err error) {
+	k.mu.Lock()
+	if k.err != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.err = err
+	if k.done != nil {
+		close(k.done)
+	}
+	stop, onEnd := k.stop, k.onEnd
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if onEnd != nil {
+		onEnd(err)
+	}
+}
+
+// ended returns the error for a call on a Lock that is no longer held, or
+// nil while it is.
+func (k *Lock) ended() error {
+	k.mu.Lock()
+	err := k.err
+	k.mu.Unlock()
+	if errors.Is(err, ErrReleased) {
+		return fmt.Errorf("%w: %w: %q (token %d)", ErrLockLost, ErrReleased, k.resource, k.token)
+	}
+	return err
+}
+
+// Refresh sets the lock's TTL to ttl from now, if this Lock still holds
+// it. Otherwise (the key expired, was deleted, or holds another owner's
+// value or a value of another type) it returns an error wrapping
+// ErrLockLost, changes nothing, and the Lock ends as lost. ttl must be at
+// least one millisecond. A heartbeat goes on with the new ttl.
+func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	if _, err := ttlMillis(ttl); err != nil {
+		return err
+	}
+	if err := k.ended(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	switch err := k.refresh(ctx, ttl); {
+	case err == errNotHeld:
+		return k.lost("refresh found the lock gone or taken")
+	case err != nil:
+		return err
+	}
+	k.hold(sent, ttl)
+	return nil
+}
+
+// errNotHeld is refresh's report that the lock key is gone or another
+// owner's.
+var errNotHeld = errors.New("lock not held")
+
+// refresh runs the refresh script once.
+func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	n, err := refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return scriptErr("refresh", k.resource, err, k.keys[keyLock])
+	}
+	if n != 1 {
+		return errNotHeld
+	}
+	return nil
+}
+
+// Release releases the lock if this Lock still holds it: the first live
+// waiter queued for it gets it at once, with a fresh token, or else the
+// key is deleted. Otherwise it returns an error wrapping ErrLockLost and
+// changes nothing: a late Release never frees another owner's lock. A
+// Release after Release, or after the Lock ended as lost, sends nothing.
+//
+// Release stops the heartbeat first, even when it then fails: if Redis
+// could not be reached, the lock ends at the latest when its TTL runs out,
+// and Release may be called again. Release is bounded by ctx; to release
+// after ctx is done (in a deferred cleanup, say), pass a short detached
+// context: context.WithTimeout(context.WithoutCancel(ctx), time.Second).
+//
+// When the reply to a Release is lost and the client sends it again, the
+// second run finds the lock gone (or handed on) and Release reports
+// ErrLockLost although the first run released it. Either way this Lock no
+// longer holds the lock.
+func (k *Lock) Release(ctx context.Context) error {
+	if err := k.check(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	err, stop := k.err, k.stop
+	k.mu.Unlock()
+	if err != nil {
+		return k.ended()
+	}
+	if stop != nil {
+		stop()
+	}
+	owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
+	switch {
+	case err != nil:
+		return err
+	case owner == "" && token == 0:
+		return k.lost("release found the lock gone or taken")
+	}
+	k.end(ErrReleased)
+	if owner != "" {
+		k.locker.handedOn(k.resource, owner, token)
+	}
+	return nil
+}
+
+// release runs the release script: see lua/release.lua. It returns the
+// owner and token the lock was handed to; an empty owner and a zero token
+// mean the caller did not hold the lock; an empty owner and token 1, that
+// it was released to nobody.
+func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (string, Token, error) {
+	res, err := releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS).Slice()
+	if err != nil {
+		return "", 0, scriptErr("release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
+	}
+	if len(res) == 0 {
+		return "", 0, fmt.Errorf("fencedlock: release %q: empty reply", k.resource)
+	}
+	if n, _ := res[0].(int64); n != 1 {
+		return "", 0, nil
+	}
+	if len(res) == 3 {
+		owner, _ := res[1].(string)
+		token, err := tokenFromReply(res[2])
+		if err != nil || owner == "" {
+			return "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
+		}
+		return owner, token, nil
+	}
+	return "", 1, nil
+}
+
+// giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
+// leaves the queue if queued, releases (handing on) a lock granted to the attempt meanwhile,
+// and, with markerMS above zero, sets the attempt's abandon marker for that
+// long. It runs within a short timeout, even when ctx is done.
+func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	entry, marker := "", any("")
+	if queued {
+		entry = k.owner.(string) + strconv.FormatInt(ms, 10)
+	}
+	if markerMS > 0 {
+		marker = markerMS
+	}
+	owner, token, err := k.release(ctx, k.keys[:], entry, marker)
+	if err == nil && owner != "" {
+		k.locker.handedOn(k.resource, owner, token)
+	}
+	return err
+}
+
+// TTL returns the lock's remaining time to live in Redis, if this Lock
+// still holds it; otherwise an error wrapping ErrLockLost, and the Lock
+// ends as lost. It is a measurement, not a safety check: the lock can
+// expire right after it returns. Only the store's token check is safe.
+func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if err := k.check(); err != nil {
+		return 0, err
+	}
+	if err := k.ended(); err != nil {
+		return 0, err
+	}
+	ms, err := pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
+	if err != nil {
+		return 0, scriptErr("ttl", k.resource, err, k.keys[keyLock])
+	}
+	if ms == -3 {
+		return 0, k.lost("the lock is gone or taken")
+	}
+	if ms < 0 {
+		return 0, fmt.Errorf("fencedlock: ttl %q: lock key has no expiry (pttl %d)", k.resource, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (k *Lock) check() error {
+	if k == nil || k.locker == nil || k.locker.client == nil {
+		return invalidArg("nil or zero Lock: use one returned by a Locker")
+	}
+	return nil
+}
+
+// lost ends the Lock as lost, for the reason why, and returns the error it
+// ended with (an earlier end's, if it had already ended).
+func (k *Lock) lost(why string) error {
+	k.end(fmt.Errorf("%w: %q (token %d): %s", ErrLockLost, k.resource, k.token, why))
+	if err := k.ended(); err != nil {
+		return err
+	}
+	return ErrLockLost
+}
+
+// String describes the lock for logs: resource and token, not the owner
+// nonce.
+func (k *Lock) String() string {
+	if k == nil {
+		return "fencedlock.Lock(nil)"
+	}
+	return "fencedlock.Lock{" + strconv.Quote(k.resource) + " token " + k.token.String() + "}"
+}

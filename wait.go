@@ -1,0 +1,326 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// AcquireOption configures one call of Acquire.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	minDelay, maxDelay time.Duration
+	heartbeat          time.Duration
+	beat               bool
+}
+
+// Default bounds of the fallback wait of Acquire (see WithRetryDelay).
+const (
+	DefaultMinRetryDelay = 2 * time.Millisecond
+	DefaultMaxRetryDelay = time.Second
+)
+
+// minQueueLife is the shortest life of a waiter's place in the Redis
+// queue, so that a waiter with a tiny TTL does not renew it in a tight
+// loop.
+const minQueueLife = 100 * time.Millisecond
+
+// WithRetryDelay bounds Acquire's fallback wait. A waiter is woken by the
+// release that hands it the lock, not by a timer; the timer only covers a
+// message lost with a broken connection, a holder that crashed, and the
+// renewal of the waiter's place in the queue. It fires after a third of
+// the TTL (the place's renewal), kept between minDelay and maxDelay, or
+// when the holder's TTL runs out, if that is sooner. Defaults:
+// DefaultMinRetryDelay and DefaultMaxRetryDelay. A minDelay below 1ms is
+// raised to 1ms and a maxDelay below minDelay is raised to minDelay.
+func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.minDelay, c.maxDelay = minDelay, maxDelay }
+}
+
+// Acquire locks resource for ttl, waiting while another owner holds it,
+// until it gets the lock or ctx is done. On success the Lock carries a
+// fresh token, higher than every token granted on resource before. When
+// ctx ends first it returns an error that wraps both ErrNotAcquired and
+// ctx.Err(). Errors other than a held lock (a Redis failure, bad input)
+// end the wait at once.
+//
+// Waiting is first come, first served, and costs Redis nothing while the
+// lock is held. The goroutines of one Locker waiting for one resource
+// queue in the process, and only the first of them queues in Redis, where
+// waiters of every process queue in order of arrival. Release hands the
+// lock to the first live waiter in that queue, with a fresh token, in the
+// same script, and publishes the grant on the resource's channel; the
+// Locker's one subscription (one per Redis Cluster hash slot in use) wakes
+// the waiter. A waiter that gives up leaves the queue, passing on a lock
+// handed to it meanwhile. A waiter whose process dies keeps its place
+// until its TTL (at least 100ms) runs out unrenewed: like a holder that
+// crashes, it delays the others by at most one TTL. TryAcquire, too, does
+// not take a free lock that is promised to a waiter.
+//
+// A timer bounded by the holder's remaining TTL covers a crashed holder
+// and a lost message: see WithRetryDelay. With WithHeartbeat, the Lock is
+// refreshed until released or lost.
+func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if err := l.check(resource); err != nil {
+		return nil, err
+	}
+	ms, err := ttlMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	cfg := acquireConfig{minDelay: DefaultMinRetryDelay, maxDelay: DefaultMaxRetryDelay}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	cfg.minDelay = max(cfg.minDelay, time.Millisecond)
+	cfg.maxDelay = max(cfg.maxDelay, cfg.minDelay)
+	interval := time.Duration(0)
+	if cfg.beat {
+		if interval, err = heartbeatInterval(cfg.heartbeat, ttl); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
+	}
+	lock, err := l.newLock(resource)
+	if err != nil {
+		return nil, err
+	}
+	w := &waiter{lock: lock, wake: make(chan struct{}, 1)}
+	q, head := l.join(w)
+	if !head {
+		select {
+		case <-ctx.Done():
+			l.leave(q, w)
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctx.Err())
+		case <-w.wake:
+		}
+	}
+	base, err := l.contend(ctx, q, w, ms, &cfg)
+	l.leave(q, w)
+	if err != nil {
+		return nil, err
+	}
+	lock.hold(base, time.Duration(ms)*time.Millisecond)
+	if cfg.beat {
+		lock.startHeartbeat(interval)
+	}
+	return lock, nil
+}
+
+// waiter is a goroutine in Acquire.
+type waiter struct {
+	lock    *Lock
+	wake    chan struct{} // a nudge: first in the local queue now, or look again
+	granted Token         // nonzero once a release handed it the lock with this token
+}
+
+// waitQueue holds a Locker's waiters for one resource, first come first
+// served. Only the first contends in Redis. Its fields are guarded by the
+// Locker's mu.
+type waitQueue struct {
+	resource string
+	channel  string
+	waiters  []*waiter
+	sub      *subscriber   // nil until the first waiter is refused
+	ready    chan struct{} // closed when the subscription to channel is confirmed
+	idle     *time.Timer   // unsubscribes after the queue stays empty
+}
+
+// nudge wakes w unless a nudge is pending already.
+func (w *waiter) nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// join queues w; it reports whether w is first.
+func (l *Locker) join(w *waiter) (*waitQueue, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queues == nil {
+		l.queues = make(map[string]*waitQueue)
+	}
+	q := l.queues[w.lock.resource]
+	if q == nil {
+		q = &waitQueue{resource: w.lock.resource, channel: w.lock.channel}
+		l.queues[q.resource] = q
+	}
+	if q.idle != nil {
+		q.idle.Stop()
+		q.idle = nil
+	}
+	q.waiters = append(q.waiters, w)
+	return q, len(q.waiters) == 1
+}
+
+// leave takes w out of q, if it is there, and wakes the next waiter when w
+// was first. A queue left empty is dropped, after subscriptionLinger if
+// it is subscribed.
+func (l *Locker) leave(q *waitQueue, w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		copy(q.waiters[i:], q.waiters[i+1:])
+		q.waiters[len(q.waiters)-1] = nil
+		q.waiters = q.waiters[:len(q.waiters)-1]
+		if i == 0 && len(q.waiters) > 0 {
+			q.waiters[0].nudge()
+		}
+		break
+	}
+	if len(q.waiters) > 0 || q.idle != nil || l.queues[q.resource] != q {
+		return
+	}
+	if q.sub == nil {
+		delete(l.queues, q.resource)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(subscriptionLinger, func() { l.unsubscribe(q, t) })
+	q.idle = t
+}
+
+// contend is Acquire for the first waiter of q: it asks Redis until
+// granted, woken by grants, confirmations and its fallback timer. It
+// returns the local time the grant is measured from.
+func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64, cfg *acquireConfig) (time.Time, error) {
+	ttl := time.Duration(ms) * time.Millisecond
+	life := max(ttl, minQueueLife)
+	var (
+		timer   *time.Timer
+		refused time.Time // when the last refused attempt was sent
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if t := l.takeGrant(w); t != 0 {
+			// The grant came after the refused attempt ran.
+			w.lock.token = t
+			return refused, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, l.quit(ctx, q, w, ms, !refused.IsZero())
+		}
+		select {
+		case <-w.wake:
+		default:
+		}
+		sent := time.Now()
+		granted, hint, err := l.attempt(ctx, w.lock, ms, life)
+		if err != nil {
+			return time.Time{}, acquireErr(ctx, err)
+		}
+		if granted {
+			return sent, nil
+		}
+		refused = sent
+		wait := min(max(life/3, cfg.minDelay), cfg.maxDelay)
+		if hint >= 0 {
+			// PTTL counts whole milliseconds left, rounded down: 0 is
+			// the last one. A negative PTTL is a key without expiry.
+			wait = min(wait, hint+time.Millisecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		// Until the subscription is confirmed, a release could go unheard:
+		// look again once it is.
+		ready := l.subscribe(ctx, q)
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-ready:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// acquireErr is the error of an attempt that failed while waiting: when
+// ctx ended, it says so with both sentinels, keeping the attempt's error,
+// which may report a failed cleanup.
+func acquireErr(ctx context.Context, err error) error {
+	ctxErr := ctx.Err()
+	switch {
+	case ctxErr == nil:
+		return err
+	case errors.Is(err, ctxErr):
+		return fmt.Errorf("%w: %w", ErrNotAcquired, err)
+	default:
+		return fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
+	}
+}
+
+// quit ends the wait of w when ctx is done: out of the local queue, and,
+// if it was queued in Redis, out of the Redis queue, passing on a lock
+// handed to it meanwhile.
+func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
+	l.leave(q, w)
+	err := fmt.Errorf("%w: %q: %w", ErrNotAcquired, w.lock.resource, ctx.Err())
+	if !queued && l.takeGrant(w) == 0 {
+		return err
+	}
+	if cerr := w.lock.giveUp(ctx, ms, true, 0); cerr != nil {
+		return fmt.Errorf("%w (leaving the queue failed too, so a lock handed to this waiter may stay locked until its TTL ends: %v)", err, cerr)
+	}
+	return err
+}
+
+// takeGrant returns the token of the grant a release handed w, or 0.
+func (l *Locker) takeGrant(w *waiter) Token {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return w.granted
+}
+
+// handedOn delivers the grant of a release to owner, the first local
+// waiter for resource, if it is one of this Locker's.
+func (l *Locker) handedOn(resource, owner string, token Token) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	w := q.waiters[0]
+	if w.granted != 0 || w.lock.owner.(string) != owner {
+		return
+	}
+	w.granted = token
+	w.nudge()
+}
+
+// parseGrant splits the message of a grant, "<owner nonce>:<token>", into
+// the owner (with its ':') and the token.
+func parseGrant(msg string) (string, Token, bool) {
+	i := strings.LastIndexByte(msg, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	t, err := ParseToken(msg[i+1:])
+	if err != nil {
+		return "", 0, false
+	}
+	return msg[:i+1], t, true
+}
