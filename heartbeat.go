@@ -15,10 +15,10 @@ import (
 // refresh finds the key gone or holding another owner's value. A refresh
 // that fails for any other reason (Redis unreachable, slow, failing over)
 // is tried again, every quarter interval, until the TTL granted by the
-// last successful refresh (or by the grant) would have passed, measured on
-// the local monotonic clock from before that refresh was sent; then the
-// Lock is lost, which can be before Redis lets the key expire but never
-// after. Once lost, nothing more is sent to Redis for the Lock. A refresh
+// last successful refresh (or by the grant), measured on the local
+// monotonic clock from before that refresh was sent, is within a twentieth
+// of running out; then the Lock is lost. So the holder hears of the loss
+// before Redis lets the key expire, not after. Once lost, nothing more is sent to Redis for the Lock. A refresh
 // in flight at that moment is left to finish within the client's own
 // timeouts.
 //
@@ -30,6 +30,11 @@ import (
 func WithHeartbeat(interval time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.heartbeat, c.beat = interval, true }
 }
+
+// lossMargin: the heartbeat gives up a lock when less than 1/lossMargin of
+// its TTL is left, so that the holder hears of the loss before the key
+// expires, whatever the timer and scheduling delays.
+const lossMargin = 20
 
 // heartbeatInterval checks the interval of WithHeartbeat against ttl.
 func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
@@ -73,7 +78,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, next time.
 		k.mu.Lock()
 		base, ttl := k.base, k.ttl
 		k.mu.Unlock()
-		deadline := base.Add(ttl)
+		deadline := base.Add(ttl - ttl/lossMargin)
 		sent := time.Now()
 		if !sent.Before(deadline) {
 			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))

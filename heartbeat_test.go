@@ -1,0 +1,352 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// ltOurGoroutines returns the stacks of goroutines running the library's
+// code or a go-redis subscription: the ones a Lock or a waiter may start.
+func ltOurGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	var ours []string
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "go-redis/v9.(*channel)") {
+			ours = append(ours, g)
+		}
+	}
+	return ours
+}
+
+// ltNoGoroutinesLeft fails t if goroutines of the library are still
+// running a second after the test's locks and waits ended.
+func ltNoGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for len(ltOurGoroutines()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := ltOurGoroutines(); len(left) > 0 {
+		t.Errorf("%d goroutines of the library left:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// ltClosed reports whether ch is closed.
+func ltClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// ltCommandLog is a client hook that records when each script call
+// started and which script it ran, by the Lua it names in its arguments.
+type ltCommandLog struct {
+	mu    sync.Mutex
+	calls []ltCommand
+}
+
+type ltCommand struct {
+	at   time.Time
+	name string
+	args []any
+}
+
+func (h *ltCommandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ltCommandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ltCommandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.calls = append(h.calls, ltCommand{time.Now(), strings.ToLower(cmd.Name()), cmd.Args()})
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+// since returns the commands that started at or after t.
+func (h *ltCommandLog) since(t time.Time) []ltCommand {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []ltCommand
+	for _, c := range h.calls {
+		if !c.at.Before(t) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A heartbeat keeps a lock through ten times its TTL, while a lock without
+// one expires; Release then ends it.
+func TestHeartbeatKeepsTheLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		const ttl = 300 * time.Millisecond
+		kept, err := l.Acquire(ctx, "kept", ttl, fencedlock.WithHeartbeat(0))
+		require.NoError(t, err)
+		bare, err := l.Acquire(ctx, "bare", ttl)
+		require.NoError(t, err)
+		end := time.Now().Add(10 * ttl)
+		for time.Now().Before(end) {
+			time.Sleep(ttl / 3)
+			// miniredis never expires keys on its own: move its clock as
+			// far as real time went (a real Redis only gets its own time).
+			if !b.Real {
+				b.FastForward(t, ttl/3)
+			}
+		}
+		assert.NoError(t, kept.Err())
+		assert.False(t, ltClosed(kept.Done()), "Done closed while the heartbeat held the lock")
+		left, err := kept.TTL(ctx)
+		require.NoError(t, err, "the heartbeat did not keep the lock")
+		assert.Greater(t, left, ttl/3)
+
+		// The negative control: the same wait without a heartbeat.
+		assert.ErrorIs(t, bare.Refresh(ctx, ttl), fencedlock.ErrLockLost, "the lock without heartbeat did not expire")
+		assert.True(t, ltClosed(bare.Done()))
+
+		require.NoError(t, kept.Release(ctx))
+		assert.Equal(t, fencedlock.ErrReleased, kept.Err())
+		assert.True(t, ltClosed(kept.Done()))
+		assert.False(t, ltExists(t, b, l.LockKey("kept")))
+		// A released Lock sends nothing and says why.
+		err = kept.Release(ctx)
+		assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+		assert.ErrorIs(t, err, fencedlock.ErrReleased)
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// A refresh that finds the key deleted, or holding another owner's value,
+// ends the Lock within one interval, and nothing is sent for it after.
+func TestHeartbeatFindsTheLockGone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steal func(ctx context.Context, c *redis.Client, key string) error
+	}{
+		{"deleted", func(ctx context.Context, c *redis.Client, key string) error { return c.Del(ctx, key).Err() }},
+		{"overwritten", func(ctx context.Context, c *redis.Client, key string) error {
+			return c.Set(ctx, key, "someone-else:1", time.Minute).Err()
+		}},
+	} {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := ltCtx(t)
+				log := &ltCommandLog{}
+				c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+				c.AddHook(log)
+				t.Cleanup(func() { c.Close() })
+				l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+				const interval = 150 * time.Millisecond
+				lock, err := l.Acquire(ctx, "stolen", ltLongTTL, fencedlock.WithHeartbeat(interval))
+				require.NoError(t, err)
+				time.Sleep(interval / 2)
+				stolen := time.Now()
+				require.NoError(t, tc.steal(ctx, b.Client, l.LockKey("stolen")))
+				select {
+				case <-lock.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("Done not closed after the key was " + tc.name)
+				}
+				took := time.Since(stolen)
+				assert.Less(t, took, interval+100*time.Millisecond, "the loss was noticed later than one interval")
+				err = lock.Err()
+				require.ErrorIs(t, err, fencedlock.ErrLockLost)
+				after, _ := ltGetKey(t, b, l.LockKey("stolen"))
+
+				lost := time.Now()
+				assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
+				assert.ErrorIs(t, lock.Refresh(ctx, time.Minute), fencedlock.ErrLockLost)
+				_, err = lock.TTL(ctx)
+				assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+				time.Sleep(2 * interval)
+				assert.Empty(t, log.since(lost), "commands sent for a lost Lock")
+				now, _ := ltGetKey(t, b, l.LockKey("stolen"))
+				assert.Equal(t, after, now, "the lost Lock changed the key")
+				ltNoGoroutinesLeft(t)
+			})
+		})
+	}
+}
+
+// When Redis stops answering, the heartbeat keeps trying and gives the
+// lock up before its TTL runs out in Redis; nothing is sent after that.
+func TestHeartbeatLosesTheLockWhenRedisStopsAnswering(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		p := redistest.NewProxy(t, b.Client.Options().Addr)
+		log := &ltCommandLog{}
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+		c.AddHook(log)
+		t.Cleanup(func() { c.Close() })
+		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+		const ttl, interval = 800 * time.Millisecond, 100 * time.Millisecond
+		lock, err := l.Acquire(ctx, "cut-off", ttl, fencedlock.WithHeartbeat(interval))
+		require.NoError(t, err)
+		time.Sleep(2 * interval)
+		p.Pause()
+		paused := time.Now()
+		defer p.Resume()
+
+		var pttl time.Duration
+		select {
+		case <-lock.Done():
+			// Ask Redis directly, not through the proxy, how long the key
+			// had left when the holder gave up.
+			pttl, err = b.Client.PTTL(ctx, l.LockKey("cut-off")).Result()
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lock was not given up")
+		}
+		gaveUp := time.Since(paused)
+		require.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
+		assert.Less(t, gaveUp, ttl, "given up after the TTL of the last refresh")
+		assert.Greater(t, gaveUp, ttl-2*interval-ttl/20, "given up long before the TTL of the last refresh ran out")
+		// The heartbeat kept trying while Redis was silent.
+		tries := 0
+		for _, cmd := range log.since(paused) {
+			if cmd.name == "evalsha" || cmd.name == "eval" {
+				tries++
+			}
+		}
+		assert.GreaterOrEqual(t, tries, 2, "the heartbeat did not retry")
+		if b.Real {
+			assert.Positive(t, pttl, "the key expired in Redis before the holder gave up")
+		}
+		given := time.Now()
+		p.Resume()
+		time.Sleep(3 * interval)
+		assert.Empty(t, log.since(given), "commands sent for a lost Lock")
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// Do runs fn under the lock with a heartbeat, cancels fn's context with a
+// cause wrapping ErrLockLost when the lock is lost, and releases afterwards
+// even when ctx is done or fn panics.
+func TestDo(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+
+		t.Run("runs fn under the lock and releases", func(t *testing.T) {
+			var token fencedlock.Token
+			err := l.Do(ctx, "job", ltLongTTL, func(ctx context.Context, lock *fencedlock.Lock) error {
+				token = lock.Token()
+				v, ok := ltGetKey(t, b, l.LockKey("job"))
+				assert.True(t, ok)
+				assert.True(t, strings.HasSuffix(v, ":"+token.String()))
+				return nil
+			})
+			require.NoError(t, err)
+			assert.NotZero(t, token)
+			assert.False(t, ltExists(t, b, l.LockKey("job")), "Do did not release")
+		})
+
+		t.Run("returns fn's error", func(t *testing.T) {
+			boom := errors.New("boom")
+			err := l.Do(ctx, "job", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return boom })
+			assert.Equal(t, boom, err)
+			assert.False(t, ltExists(t, b, l.LockKey("job")))
+		})
+
+		t.Run("cancels fn's context when the lock is lost", func(t *testing.T) {
+			const ttl = 600 * time.Millisecond // heartbeat every 200ms
+			err := l.Do(ctx, "lost", ttl, func(fctx context.Context, lock *fencedlock.Lock) error {
+				require.NoError(t, b.Client.Set(ctx, l.LockKey("lost"), "thief:1", time.Minute).Err())
+				select {
+				case <-fctx.Done():
+				case <-time.After(5 * time.Second):
+					t.Error("fn's context not cancelled after the lock was lost")
+				}
+				assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
+				return context.Cause(fctx)
+			})
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+			v, _ := ltGetKey(t, b, l.LockKey("lost"))
+			assert.Equal(t, "thief:1", v, "Do's release touched the new owner's lock")
+		})
+
+		t.Run("releases when ctx is done", func(t *testing.T) {
+			cctx, cancel := context.WithCancel(ctx)
+			err := l.Do(cctx, "cancelled", ltLongTTL, func(fctx context.Context, _ *fencedlock.Lock) error {
+				cancel()
+				<-fctx.Done()
+				assert.ErrorIs(t, context.Cause(fctx), context.Canceled)
+				return fctx.Err()
+			})
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.False(t, ltExists(t, b, l.LockKey("cancelled")), "Do did not release after ctx ended")
+		})
+
+		t.Run("releases when fn panics", func(t *testing.T) {
+			assert.PanicsWithValue(t, "oops", func() {
+				_ = l.Do(ctx, "panic", ltLongTTL, func(context.Context, *fencedlock.Lock) error { panic("oops") })
+			})
+			assert.False(t, ltExists(t, b, l.LockKey("panic")), "Do did not release after fn panicked")
+		})
+
+		t.Run("acquire error", func(t *testing.T) {
+			holder := ltTryAcquire(t, ctx, l, "busy", ltLongTTL)
+			defer holder.Release(ctx)
+			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			ran := false
+			err := l.Do(wctx, "busy", ltLongTTL, func(context.Context, *fencedlock.Lock) error { ran = true; return nil })
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.False(t, ran)
+		})
+
+		t.Run("bad input", func(t *testing.T) {
+			assert.ErrorIs(t, l.Do(ctx, "x", ltLongTTL, nil), fencedlock.ErrInvalidArgument)
+			assert.ErrorIs(t, l.Do(ctx, "", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument)
+			_, err := l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(time.Second))
+			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(-1))
+			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+		})
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// Done and Err of nil, zero and fresh Locks.
+func TestDoneAndErr(t *testing.T) {
+	var nilLock *fencedlock.Lock
+	assert.True(t, ltClosed(nilLock.Done()))
+	assert.ErrorIs(t, nilLock.Err(), fencedlock.ErrInvalidArgument)
+	assert.True(t, ltClosed((&fencedlock.Lock{}).Done()))
+	assert.ErrorIs(t, (&fencedlock.Lock{}).Err(), fencedlock.ErrInvalidArgument)
+
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	l := ltLocker(b)
+	lock := ltTryAcquire(t, ctx, l, "r", ltLongTTL)
+	assert.NoError(t, lock.Err())
+	done := lock.Done()
+	assert.False(t, ltClosed(done))
+	require.NoError(t, lock.Release(ctx))
+	assert.True(t, ltClosed(done))
+	assert.True(t, ltClosed(lock.Done()))
+	assert.Equal(t, fencedlock.ErrReleased, lock.Err())
+}
