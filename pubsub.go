@@ -165,11 +165,12 @@ func (l *Locker) published(s *subscriber, channel, owner string, token Token) {
 	}
 }
 
-// unsubscribe drops q, which has stayed empty since idle was set, and its
-// subscription; the last channel of a subscriber closes it.
-func (l *Locker) unsubscribe(q *waitQueue, idle *time.Timer) {
+// unsubscribe drops q, which has stayed empty since its idle timer of
+// generation gen was set, and its subscription; the last channel of a
+// subscriber closes it.
+func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 	l.mu.Lock()
-	if q.idle != idle || len(q.waiters) > 0 {
+	if q.idle == nil || q.idleGen != gen || len(q.waiters) > 0 {
 		l.mu.Unlock()
 		return
 	}

@@ -131,6 +131,7 @@ type waitQueue struct {
 	sub      *subscriber   // nil until the first waiter is refused
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
+	idleGen  uint64        // tells the idle timer of now from earlier ones
 }
 
 // nudge wakes w unless a nudge is pending already.
@@ -186,9 +187,9 @@ func (l *Locker) leave(q *waitQueue, w *waiter) {
 		delete(l.queues, q.resource)
 		return
 	}
-	var t *time.Timer
-	t = time.AfterFunc(subscriptionLinger, func() { l.unsubscribe(q, t) })
-	q.idle = t
+	q.idleGen++
+	gen := q.idleGen
+	q.idle = time.AfterFunc(subscriptionLinger, func() { l.unsubscribe(q, gen) })
 }
 
 // contend is Acquire for the first waiter of q: it asks Redis until
@@ -207,13 +208,16 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		}
 	}()
 	for {
-		if t := l.takeGrant(w); t != 0 {
-			// The grant came after the refused attempt ran.
-			w.lock.token = t
-			return refused, nil
-		}
 		if err := ctx.Err(); err != nil {
 			return time.Time{}, l.quit(ctx, q, w, ms, !refused.IsZero())
+		}
+		// A grant came after the refused attempt ran, so it lasts at least
+		// until refused+ttl. One whose message came too late to be sure of
+		// that is checked by the attempt below: its script returns the
+		// grant, renewed, if it is still this waiter's.
+		if t := l.takeGrant(w); t != 0 && time.Since(refused) < ttl-ttl/lossMargin {
+			w.lock.token = t
+			return refused, nil
 		}
 		select {
 		case <-w.wake:
@@ -287,11 +291,14 @@ func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, qu
 	return err
 }
 
-// takeGrant returns the token of the grant a release handed w, or 0.
+// takeGrant returns the token of the grant a release handed w, or 0, and
+// forgets it.
 func (l *Locker) takeGrant(w *waiter) Token {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return w.granted
+	t := w.granted
+	w.granted = 0
+	return t
 }
 
 // handedOn delivers the grant of a release to owner, the first local
