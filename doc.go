@@ -24,7 +24,9 @@
 // a resource gets a token higher than every earlier grant of it;
 // [Lock.Refresh] extends the lock and keeps its token. [Locker.TryAcquire]
 // makes one attempt and returns [ErrNotAcquired] when the lock is held;
-// [Locker.Acquire] waits for it until its context is done.
+// [Locker.Acquire] waits for it until its context is done; [Locker.Do]
+// waits, keeps the lock with a heartbeat while a function runs, and
+// releases it.
 //
 // The holder passes [Lock.Token] with every write to a [Store]. The store
 // compares it with the token stored next to the resource's value, in the
@@ -55,12 +57,27 @@
 //     liveness.
 //   - A heartbeat extends the TTL while the holder works, so that long work
 //     is not cut short by expiry, and tells the holder when the lock is
-//     gone. It is efficiency. For now, refresh the lock with [Lock.Refresh]
-//     at an interval well below the TTL, and stop when it returns
-//     [ErrLockLost]. A paused holder misses its heartbeat too, so no TTL
-//     and no heartbeat makes writes safe.
+//     gone. It is efficiency. [WithHeartbeat] makes Acquire refresh the
+//     lock in the background; [Lock.Done] and [Lock.Err] report its loss,
+//     and [Locker.Do] cancels the work's context with [ErrLockLost] as the
+//     cause. A paused holder misses its heartbeat too, so no TTL and no
+//     heartbeat makes writes safe.
 //   - Fencing, the token on every write and the store's check of it, is
 //     what keeps a stale holder's writes out.
+//
+// # Waiting
+//
+// [Locker.Acquire] waits without polling. The goroutines of one Locker
+// waiting for one resource queue in the process; the first of them queues
+// in Redis, where the waiters of all processes queue in order of arrival.
+// [Lock.Release] hands the lock to the first live waiter in that queue,
+// with a fresh token, in the same script, and publishes the grant on the
+// resource's channel (sharded pub/sub on Redis 7 and later); the Locker's
+// one subscription wakes the waiter. A waiter that gives up leaves the
+// queue and passes on a lock handed to it meanwhile. A waiter whose
+// process dies is skipped once its TTL has passed unrenewed. A fallback
+// timer, bounded by the holder's remaining TTL, covers a holder that
+// crashed and a message lost with a broken connection.
 //
 // # What is promised
 //
@@ -91,8 +108,13 @@
 //
 // The keys of resource R are "<prefix>:{R}:lock", which holds a random
 // 128-bit owner nonce and the grant's token ("<nonce>:<token>") so that
-// only the holder can refresh or release the lock, "<prefix>:{R}:token", the counter, which has no TTL, and, for a
-// RedisStore, "<prefix>:{R}:value". The prefix is [DefaultPrefix] unless
+// only the holder can refresh or release the lock; "<prefix>:{R}:token",
+// the counter, which has no TTL; "<prefix>:{R}:queue" and
+// "<prefix>:{R}:deadlines", the waiters, which expire with their last
+// waiter; "<prefix>:{R}:abandoned:<nonce>", short-lived markers of acquire
+// attempts whose reply was lost; and, for a RedisStore,
+// "<prefix>:{R}:value". Releases publish on the channel
+// "<prefix>:{R}:grants". The prefix is [DefaultPrefix] unless
 // [WithPrefix] or [WithStorePrefix] sets another; Lockers exclude each
 // other only when they share Redis and prefix. The braces are a Redis
 // Cluster hash tag: all keys of one resource are in one hash slot, so the
@@ -114,7 +136,10 @@
 // # Concurrency
 //
 // [Locker], [Lock], [MemoryStore] and [RedisStore] are safe for concurrent
-// use by multiple goroutines. A Locker keeps no lock state in the process:
-// it is all in Redis, so Lockers in many processes coordinate through one
-// Redis.
+// use by multiple goroutines. The state of the locks is all in Redis, so
+// Lockers in many processes coordinate through one Redis; a Locker keeps
+// in the process only its queue of waiting goroutines and its
+// subscription. A Lock with a heartbeat runs one goroutine until it is
+// released or lost; a Locker with waiters runs one per subscription,
+// which ends a second after the last waiter left.
 package fencedlock

@@ -279,6 +279,73 @@ func ExampleLock_Refresh() {
 	// lost: true
 }
 
+// Do is the whole life of a lock in one call: wait for it, keep it with a
+// heartbeat, run the work, release. The work's context ends the moment
+// the lock is lost.
+func ExampleLocker_Do() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+	store := fencedlock.NewRedisStore(client)
+
+	err := locker.Do(ctx, "report", 10*time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
+		// Pass the token with every write; stop when ctx is done.
+		return store.Put(ctx, "report", lock.Token(), []byte("done"))
+	})
+	fmt.Println("first run:", err)
+
+	// Someone takes the key from under the second run: its context is
+	// cancelled with a cause that wraps ErrLockLost.
+	err = locker.Do(ctx, "report", 300*time.Millisecond, func(ctx context.Context, lock *fencedlock.Lock) error {
+		client.Set(ctx, locker.LockKey("report"), "someone-else:1", time.Minute)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	fmt.Println("second run lost the lock:", errors.Is(err, fencedlock.ErrLockLost))
+	// Output:
+	// first run: <nil>
+	// second run lost the lock: true
+}
+
+// With a heartbeat the lock outlives its TTL for as long as the holder
+// works; Done tells the holder when the lock is gone.
+func ExampleWithHeartbeat() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+
+	lock, err := locker.Acquire(ctx, "report", 300*time.Millisecond, fencedlock.WithHeartbeat(100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// miniredis expires keys only when told to: let a TTL pass, three
+	// times, while the heartbeat refreshes the lock.
+	for i := 0; i < 3; i++ {
+		time.Sleep(150 * time.Millisecond)
+		mr.FastForward(150 * time.Millisecond)
+	}
+	fmt.Println("held after three TTLs:", lock.Err() == nil)
+
+	mr.Del(locker.LockKey("report"))
+	<-lock.Done()
+	fmt.Println("lost once the key was gone:", errors.Is(lock.Err(), fencedlock.ErrLockLost))
+	// Output:
+	// held after three TTLs: true
+	// lost once the key was gone: true
+}
+
 // A Store of your own applies the rule with CheckToken inside its own
 // transaction, and keeps the token with the value. Here the transaction
 // is a mutex around two maps; in SQL it is a transaction that reads the

@@ -27,10 +27,12 @@ const cleanupTimeout = time.Second
 // than TCP keeps retransmitting a request (about 15 minutes on Linux).
 const abandonMarkerTTL = 16 * time.Minute
 
-// Locker grants fenced locks on resources named by strings. It keeps no
-// state of its own besides its configuration: all lock state is in Redis,
-// so Lockers in many processes sharing one Redis (and one prefix)
-// coordinate with each other.
+// Locker grants fenced locks on resources named by strings. All lock state
+// is in Redis, so Lockers in many processes sharing one Redis (and one
+// prefix) coordinate with each other. In the process, a Locker keeps only
+// its queues of waiting goroutines and its pub/sub subscription, which it
+// opens when a goroutine has to wait and closes a second after the last
+// one stopped waiting.
 //
 // Make a Locker with New. The zero Locker has no client: its methods
 // return errors wrapping ErrInvalidArgument.
@@ -184,8 +186,9 @@ const (
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
 // to Redis. On success the Lock carries a fresh token, higher than every
-// token granted on resource before. When another owner holds the lock it
-// returns an error wrapping ErrNotAcquired.
+// token granted on resource before. When another owner holds the lock, or
+// it is free but promised to a waiter queued by Acquire, it returns an
+// error wrapping ErrNotAcquired.
 //
 // ttl must be at least one millisecond; it is rounded down to whole
 // milliseconds. A done ctx returns its error at once.
@@ -195,9 +198,10 @@ const (
 // network error) a lock already granted to this attempt is returned again,
 // with its token. When no reply arrives at all (every retry failed, or ctx
 // ended while the command was in flight), TryAcquire returns the error and,
-// as a best effort within a short detached timeout, deletes the lock the
-// attempt may have been granted and leaves a marker that makes Redis
-// refuse any copy of the attempt still on its way. If that fails too, a
+// as a best effort within a short detached timeout, releases the lock the
+// attempt may have been granted (handing it to the next waiter, as Release
+// does) and leaves a marker that makes Redis refuse any copy of the
+// attempt still on its way. If that fails too, a
 // grant may stay locked until its TTL runs out, and the returned error
 // says so.
 //
