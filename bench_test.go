@@ -35,6 +35,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireWaitRelease is BenchmarkAcquireRelease with Acquire, the
+// call that would wait, taking the free lock at its first attempt.
+func BenchmarkAcquireWaitRelease(b *testing.B) {
+	be := redistest.Real(b)
+	ctx := context.Background()
+	locker := fencedlock.New(be.Client, fencedlock.WithPrefix(be.Prefix))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lock, err := locker.Acquire(ctx, "bench", 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRedisStorePut measures a fenced write of a 128-byte value.
 func BenchmarkRedisStorePut(b *testing.B) {
 	be := redistest.Real(b)

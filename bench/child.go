@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+)
+
+// childFlag, as the first argument, runs the program as a worker process
+// of a pass. It is not listed in -help.
+const childFlag = "-child"
+
+// childSpec tells a worker process what to run. The parent sends it as
+// the first line on the child's standard input.
+type childSpec struct {
+	Library        string
+	Addr           string
+	Options        libOptions
+	Resource       string        // the measured resource
+	WarmupResource string        // the resource the warm-up uses
+	Goroutines     int           // contending goroutines (1 for cycles)
+	Hold           time.Duration // sleep while holding (contended runs)
+	Duration       time.Duration // length of a contended run
+	Cycles         int           // > 0: an uncontended run of this many cycles
+	Warmup         time.Duration // warm-up length of a contended run
+	WarmupCycles   int           // warm-up cycles of an uncontended run
+	Grace          time.Duration // how long after the run a waiter may still wait
+}
+
+// startMessage is the parent's go: the time, in Unix nanoseconds, at
+// which every worker process begins its run.
+type startMessage struct {
+	Start int64
+}
+
+// childMessage is one line a child writes on its standard output: Ready
+// after its warm-up, then its Result (or an Error at any point).
+type childMessage struct {
+	Ready  bool         `json:",omitempty"`
+	Error  string       `json:",omitempty"`
+	Result *childResult `json:",omitempty"`
+}
+
+// childResult is the raw record of one worker process's run.
+type childResult struct {
+	Waits        []int64  // ns from calling acquire to holding, per acquisition
+	Holds        []hold   // measured holds, per acquisition
+	Cycles       []int64  // ns per acquire+release cycle (uncontended runs)
+	Errors       int      // failed acquires and releases
+	ErrorSamples []string // a few distinct error messages
+}
+
+// hold is one measured hold: from acquire returning to calling release,
+// in Unix ns, and the fencing token of the grant (0 where the library has
+// none).
+type hold struct {
+	Start int64  `json:"s"`
+	End   int64  `json:"e"`
+	Token uint64 `json:"t,omitempty"`
+}
+
+// maxErrorSamples bounds the distinct error messages a record keeps.
+const maxErrorSamples = 5
+
+// record collects one goroutine's measurements.
+type record struct {
+	waits   []int64
+	holds   []hold
+	cycles  []int64
+	errors  int
+	samples []string
+}
+
+// fail counts an error and keeps its message if it is new.
+func (r *record) fail(prefix string, err error) {
+	r.errors++
+	r.samples = appendSample(r.samples, prefix+err.Error())
+}
+
+// merge adds other's measurements to r.
+func (r *record) merge(other *record) {
+	r.waits = append(r.waits, other.waits...)
+	r.holds = append(r.holds, other.holds...)
+	r.cycles = append(r.cycles, other.cycles...)
+	r.errors += other.errors
+	for _, s := range other.samples {
+		r.samples = appendSample(r.samples, s)
+	}
+}
+
+// runChild is the worker process: it reads its spec, warms up, reports
+// ready, runs from the start time it is sent, reports its result and
+// exits when its standard input closes. A closed standard input at any
+// point (the parent is gone) ends it.
+func runChild(stdin io.Reader, stdout io.Writer) int {
+	dec := json.NewDecoder(stdin)
+	enc := json.NewEncoder(stdout)
+	fail := func(err error) int {
+		_ = enc.Encode(childMessage{Error: err.Error()})
+		return 1
+	}
+	var spec childSpec
+	if err := dec.Decode(&spec); err != nil {
+		return fail(fmt.Errorf("reading spec: %w", err))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	starts := make(chan startMessage, 1)
+	go func() {
+		// The only message after the spec is the start; EOF ends the child.
+		var m startMessage
+		if err := dec.Decode(&m); err == nil {
+			starts <- m
+			_, _ = io.Copy(io.Discard, stdin)
+		}
+		cancel()
+	}()
+
+	lib := libraryByName(spec.Library)
+	if lib == nil {
+		return fail(fmt.Errorf("unknown library %q", spec.Library))
+	}
+	client, err := lib.open(spec.Addr, spec.Options)
+	if err != nil {
+		return fail(fmt.Errorf("opening %s: %w", lib.name, err))
+	}
+	defer client.Close()
+
+	warm := warmUp(ctx, client, spec)
+	if err := enc.Encode(childMessage{Ready: true}); err != nil {
+		return 1
+	}
+	var start startMessage
+	select {
+	case start = <-starts:
+	case <-ctx.Done():
+		return 1
+	}
+	res := measure(ctx, client, spec, time.Unix(0, start.Start))
+	res.Errors += warm.errors
+	for _, s := range warm.samples {
+		res.ErrorSamples = appendSample(res.ErrorSamples, s)
+	}
+	if err := enc.Encode(childMessage{Result: res}); err != nil {
+		return 1
+	}
+	<-ctx.Done() // standard input closed: the parent has the result
+	return 0
+}
+
+// appendSample appends s to samples unless present or full.
+func appendSample(samples []string, s string) []string {
+	for _, have := range samples {
+		if have == s {
+			return samples
+		}
+	}
+	if len(samples) >= maxErrorSamples {
+		return samples
+	}
+	return append(samples, s)
+}
+
+// warmUp runs the pass's loop briefly on another resource, so that the
+// connections, pools and script caches the run needs exist before it
+// starts. Its errors are returned to be reported with the run's.
+func warmUp(ctx context.Context, client libClient, spec childSpec) *record {
+	w := spec
+	w.Resource = spec.WarmupResource
+	w.Duration = spec.Warmup
+	w.Cycles = spec.WarmupCycles
+	if (spec.Cycles > 0 && w.Cycles <= 0) || (spec.Cycles <= 0 && w.Duration <= 0) {
+		return &record{}
+	}
+	res := measure(ctx, client, w, time.Now())
+	r := &record{errors: res.Errors}
+	for _, s := range res.ErrorSamples {
+		r.samples = append(r.samples, "warm-up: "+s)
+	}
+	return r
+}
+
+// measure runs spec's goroutines from start and returns their merged
+// record.
+func measure(ctx context.Context, client libClient, spec childSpec, start time.Time) *childResult {
+	time.Sleep(time.Until(start))
+	// The waiters still waiting when the run ends may finish: a
+	// cancellation, not a deadline, bounds them (a deadline would shorten
+	// rueidislock's lock validity).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := time.AfterFunc(time.Until(start.Add(spec.Duration+spec.Grace)), cancel)
+	defer stop.Stop()
+
+	n := spec.Goroutines
+	if spec.Cycles > 0 {
+		n = 1
+	}
+	records := make([]*record, n)
+	var wg sync.WaitGroup
+	for i := range records {
+		records[i] = &record{}
+		wg.Add(1)
+		go func(r *record, w lockWorker) {
+			defer wg.Done()
+			if spec.Cycles > 0 {
+				runCycles(ctx, w, spec.Cycles, r)
+			} else {
+				runContended(ctx, w, start.Add(spec.Duration), spec.Hold, spec.Grace, r)
+			}
+		}(records[i], client.worker(spec.Resource))
+	}
+	wg.Wait()
+
+	all := &record{}
+	for _, r := range records {
+		all.merge(r)
+	}
+	sort.Slice(all.holds, func(i, j int) bool { return all.holds[i].Start < all.holds[j].Start })
+	return &childResult{
+		Waits:        all.waits,
+		Holds:        all.holds,
+		Cycles:       all.cycles,
+		Errors:       all.errors,
+		ErrorSamples: all.samples,
+	}
+}
+
+// runContended loops until end: acquire (waiting), hold for the hold
+// time, release. ctx ends grace after end: a wait still going on then is
+// cut off and counted as an error. Releases do not depend on ctx: a lock
+// taken is always released.
+func runContended(ctx context.Context, w lockWorker, end time.Time, holdFor, grace time.Duration, r *record) {
+	for time.Now().Before(end) {
+		t0 := time.Now()
+		token, err := w.acquire(ctx)
+		t1 := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				r.fail("acquire: ", fmt.Errorf("still waiting %v after the run ended, cut off: %w", grace, err))
+				return
+			}
+			r.fail("acquire: ", err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		time.Sleep(holdFor)
+		t2 := time.Now()
+		if err := w.release(context.Background()); err != nil {
+			r.fail("release: ", err)
+		}
+		r.waits = append(r.waits, int64(t1.Sub(t0)))
+		r.holds = append(r.holds, hold{Start: t1.UnixNano(), End: t2.UnixNano(), Token: token})
+	}
+}
+
+// runCycles runs cycles acquire+release cycles back to back.
+func runCycles(ctx context.Context, w lockWorker, cycles int, r *record) {
+	for i := 0; i < cycles && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		token, err := w.acquire(ctx)
+		t1 := time.Now()
+		if err != nil {
+			r.fail("acquire: ", err)
+			continue
+		}
+		if err := w.release(context.Background()); err != nil {
+			r.fail("release: ", err)
+		}
+		t2 := time.Now()
+		r.waits = append(r.waits, int64(t1.Sub(t0)))
+		r.holds = append(r.holds, hold{Start: t1.UnixNano(), End: t1.UnixNano(), Token: token})
+		r.cycles = append(r.cycles, int64(t2.Sub(t0)))
+	}
+}
+
+// childMain is main for a worker process.
+func childMain() {
+	os.Exit(runChild(os.Stdin, os.Stdout))
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// row is one library in one scenario: its figures of every round and
+// their medians.
+type row struct {
+	scenario string
+	library  string
+	rounds   []figures
+	median   figures
+}
+
+// columns of the tables, after "scenario" and "library".
+var columns = []string{
+	"acq", "busy%", "hold ms", "gap p50 ms", "wait p50 ms", "wait p99 ms", "wait max ms",
+	"cmds/acq", "sent/acq", "cycle p50 µs", "cycle p90 µs", "errors",
+}
+
+// cells formats f for the table, in columns' order.
+func (f figures) cells() []string {
+	return []string{
+		formatFixed(f.Acq, 0),
+		formatFixed(f.Busy, 1),
+		formatMillis(f.HoldMean),
+		formatMillis(f.GapP50),
+		formatMillis(f.WaitP50),
+		formatMillis(f.WaitP99),
+		formatMillis(f.WaitMax),
+		formatFixed(f.CmdsPerAcq, 2),
+		formatFixed(f.SentPerAcq, 2),
+		formatFixed(f.CycleP50, 0),
+		formatFixed(f.CycleP90, 0),
+		strconv.Itoa(f.Errors),
+	}
+}
+
+// formatFixed formats v with prec decimals, "-" for NaN.
+func formatFixed(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// formatMillis formats a duration in ms with about three significant
+// digits.
+func formatMillis(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v < 1:
+		return formatFixed(v, 3)
+	case v < 10:
+		return formatFixed(v, 2)
+	case v < 100:
+		return formatFixed(v, 1)
+	}
+	return formatFixed(v, 0)
+}
+
+// table is a header and rows of cells.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+// summaryTable is the medians table.
+func summaryTable(rows []row) table {
+	t := table{header: append([]string{"scenario", "library"}, columns...)}
+	for _, r := range rows {
+		t.rows = append(t.rows, append([]string{r.scenario, r.library}, r.median.cells()...))
+	}
+	return t
+}
+
+// roundsTable lists every round's figures.
+func roundsTable(rows []row) table {
+	t := table{header: append([]string{"scenario", "library", "round"}, columns...)}
+	for _, r := range rows {
+		for i, f := range r.rounds {
+			cells := append([]string{r.scenario, r.library, strconv.Itoa(i + 1)}, f.cells()...)
+			t.rows = append(t.rows, cells)
+		}
+	}
+	return t
+}
+
+// writeText writes t as aligned plain text: text columns (the first
+// textCols) left-aligned, numbers right-aligned.
+func (t table) writeText(w io.Writer, textCols int) {
+	widths := make([]int, len(t.header))
+	for _, cells := range append([][]string{t.header}, t.rows...) {
+		for i, c := range cells {
+			widths[i] = max(widths[i], len([]rune(c)))
+		}
+	}
+	line := func(cells []string) {
+		parts := make([]string, len(cells))
+		for i, c := range cells {
+			pad := strings.Repeat(" ", widths[i]-len([]rune(c)))
+			if i < textCols {
+				parts[i] = c + pad
+			} else {
+				parts[i] = pad + c
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(strings.Join(parts, "  "), " "))
+	}
+	line(t.header)
+	for _, cells := range t.rows {
+		line(cells)
+	}
+}
+
+// writeMarkdown writes t as a Markdown table, numbers right-aligned.
+func (t table) writeMarkdown(w io.Writer, textCols int) {
+	fmt.Fprintln(w, "| "+strings.Join(t.header, " | ")+" |")
+	align := make([]string, len(t.header))
+	for i := range align {
+		align[i] = "---:"
+		if i < textCols {
+			align[i] = "---"
+		}
+	}
+	fmt.Fprintln(w, "| "+strings.Join(align, " | ")+" |")
+	for _, cells := range t.rows {
+		fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+	}
+}
+
+// write writes t in the chosen format.
+func (t table) write(w io.Writer, markdown bool, textCols int) {
+	if markdown {
+		t.writeMarkdown(w, textCols)
+	} else {
+		t.writeText(w, textCols)
+	}
+}
+
+// legend explains the columns.
+func legend() []string {
+	return []string{
+		"acq: acquisitions in the timed pass (uncontended: cycles)",
+		"busy%: sum of measured holds (acquire returned to release called) / wall time from the start to the last release",
+		"hold: mean measured hold (the -hold sleep and its overshoot, which differs between libraries: busy% follows it)",
+		"gap: median time from one release call to the next grant's acquire returning (the hand-off), contended only",
+		"wait: from calling acquire to holding the lock (uncontended: the acquire call)",
+		"cmds/acq: INFO stats total_commands_processed delta over the timed pass, less the bench's INFO, per acquisition; includes commands scripts run (redis.call)",
+		"sent/acq: commands sent by clients per acquisition, counted with MONITOR (script-inner calls left out) in a separate, shorter counting pass",
+		"cycle: one acquire+release, uncontended only",
+		"errors: total over all rounds and both passes, warm-ups included: failed acquires and releases, waits cut off " + grace.String() + " after the run ended, overlapping holds, tokens out of order; never a median",
+		"figures other than errors: median over rounds",
+	}
+}
+
+// writeReport writes the header, the medians table, the legend, the
+// per-round table (verbose) and the error notes.
+func writeReport(w io.Writer, h header, rows []row, markdown, verbose bool) {
+	h.write(w, markdown)
+	fmt.Fprintln(w)
+	summaryTable(rows).write(w, markdown, 2)
+	fmt.Fprintln(w)
+	for _, l := range legend() {
+		if markdown {
+			fmt.Fprintln(w, "- "+l)
+		} else {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	if verbose {
+		fmt.Fprintln(w)
+		if markdown {
+			fmt.Fprintln(w, "Per round:")
+			fmt.Fprintln(w)
+		} else {
+			fmt.Fprintln(w, "per round:")
+		}
+		roundsTable(rows).write(w, markdown, 3)
+	}
+	writeNotes(w, rows, markdown)
+}
+
+// writeNotes lists the error messages seen, per row.
+func writeNotes(w io.Writer, rows []row, markdown bool) {
+	first := true
+	for _, r := range rows {
+		if len(r.median.Notes) == 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "Errors seen:")
+			if markdown {
+				fmt.Fprintln(w)
+			}
+			first = false
+		}
+		for _, n := range r.median.Notes {
+			fmt.Fprintf(w, "- %s / %s: %s\n", r.scenario, r.library, n)
+		}
+	}
+}
