@@ -8,8 +8,10 @@ import (
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
 // background goroutine refreshes the lock for its TTL, until Release or
-// until the lock is lost. An interval of 0 means a third of the TTL; it
-// must be below the TTL.
+// until the lock is lost.
+//
+// An interval of 0 means a third of the TTL; it must be at most half the
+// TTL, or Acquire returns an error wrapping ErrInvalidArgument.
 //
 // The Lock is lost, Done is closed and Err wraps ErrLockLost, as soon as a
 // refresh finds the key gone or holding another owner's value. A refresh
@@ -18,9 +20,11 @@ import (
 // last successful refresh (or by the grant), measured on the local
 // monotonic clock from before that refresh was sent, is within a twentieth
 // of running out; then the Lock is lost. So the holder hears of the loss
-// before Redis lets the key expire, not after. Once lost, nothing more is sent to Redis for the Lock. A refresh
-// in flight at that moment is left to finish within the client's own
-// timeouts.
+// before Redis lets the key expire, not after. Once lost, nothing more is
+// sent to Redis for the Lock. A refresh in flight at that moment is left
+// to finish within the client's own timeouts. After a Refresh with a TTL
+// below twice the interval, the heartbeat refreshes every third of that
+// TTL.
 //
 // The heartbeat keeps the lock alive; it does not make writes safe. A
 // process that is paused (GC, SIGSTOP, a slow disk) does not run its
@@ -43,8 +47,8 @@ func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
 		return 0, invalidArg("heartbeat interval %v is negative", interval)
 	case interval == 0:
 		return ttl / 3, nil
-	case interval >= ttl:
-		return 0, invalidArg("heartbeat interval %v is not below the ttl %v", interval, ttl)
+	case interval > ttl/2:
+		return 0, invalidArg("heartbeat interval %v is above half the ttl %v: one late refresh would lose the lock", interval, ttl)
 	}
 	return interval, nil
 }
@@ -59,26 +63,55 @@ func (k *Lock) startHeartbeat(interval time.Duration) {
 		return
 	}
 	k.stop = stop
-	next := k.base.Add(interval)
+	k.kick = make(chan struct{}, 1)
+	kick := k.kick
 	k.mu.Unlock()
-	go k.heartbeat(ctx, interval, next)
+	go k.heartbeat(ctx, interval, kick)
 }
 
 // heartbeat is the goroutine of startHeartbeat; ctx ends when the Lock
-// does.
-func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, next time.Time) {
-	timer := time.NewTimer(time.Until(next))
+// does, and kick says that a Refresh changed the TTL.
+//
+// Each round it refreshes at base+interval, base being when the last
+// successful refresh (or the grant) was sent; a failed refresh is tried
+// again every quarter interval. No round is later than the deadline, when
+// less than 1/lossMargin of the TTL is left: a Lock not refreshed by then
+// is lost. A TTL below twice the interval, set by Refresh, shortens the
+// interval to a third of it.
+func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-chan struct{}) {
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var retry time.Time // when to try again after a failed refresh
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
 		k.mu.Lock()
 		base, ttl := k.base, k.ttl
 		k.mu.Unlock()
+		every := interval
+		if every > ttl/2 {
+			every = ttl / 3
+		}
 		deadline := base.Add(ttl - ttl/lossMargin)
+		next := base.Add(every)
+		if retry.After(base) {
+			next = retry
+		}
+		if next.After(deadline) {
+			next = deadline
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+			continue
+		case <-timer.C:
+		}
 		sent := time.Now()
 		if !sent.Before(deadline) {
 			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
@@ -91,7 +124,6 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, next time.
 		switch {
 		case err == nil:
 			k.hold(sent, ttl)
-			next = sent.Add(interval)
 		case err == errNotHeld:
 			k.lost("refresh found the lock gone or taken")
 			return
@@ -99,9 +131,8 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, next time.
 			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
 			return
 		default:
-			next = time.Now().Add(max(interval/4, time.Millisecond))
+			retry = time.Now().Add(max(every/4, time.Millisecond))
 		}
-		timer.Reset(time.Until(next))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,6 +324,8 @@ func TestDo(t *testing.T) {
 			assert.ErrorIs(t, l.Do(ctx, "", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument)
 			_, err := l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(time.Second))
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(600*time.Millisecond))
+			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "an interval above half the TTL")
 			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(-1))
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
 		})
@@ -349,4 +352,71 @@ func TestDoneAndErr(t *testing.T) {
 	assert.True(t, ltClosed(done))
 	assert.True(t, ltClosed(lock.Done()))
 	assert.Equal(t, fencedlock.ErrReleased, lock.Err())
+}
+
+// ltFailScripts is a client hook that fails every script call at once,
+// as a refused connection would, while on is set.
+type ltFailScripts struct{ on atomic.Bool }
+
+func (h *ltFailScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ltFailScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ltFailScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
+			err := errors.New("lt: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Refreshes that fail at once are retried, and the lock is given up while
+// its key still lives in Redis, not at or after its expiry.
+func TestHeartbeatLosesTheLockWhenRefreshesFail(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	h := &ltFailScripts{}
+	c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr, MaxRetries: -1})
+	c.AddHook(h)
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	const ttl = 1200 * time.Millisecond
+	lock, err := l.Acquire(ctx, "failing", ttl, fencedlock.WithHeartbeat(0))
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	h.on.Store(true)
+	select {
+	case <-lock.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock was not given up")
+	}
+	pttl, err := b.Client.PTTL(ctx, l.LockKey("failing")).Result()
+	require.NoError(t, err)
+	t.Logf("given up with %v left in Redis", pttl)
+	assert.Positive(t, pttl, "the key had expired in Redis when the holder gave up")
+	assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
+	ltNoGoroutinesLeft(t)
+}
+
+// A Refresh to a TTL below twice the interval makes the heartbeat refresh
+// every third of that TTL: the lock does not expire under it.
+func TestHeartbeatFollowsAShorterRefresh(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	l := ltLocker(b)
+	lock, err := l.Acquire(ctx, "shorter", 3*time.Second, fencedlock.WithHeartbeat(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, lock.Refresh(ctx, 300*time.Millisecond))
+	time.Sleep(time.Second)
+	assert.NoError(t, lock.Err())
+	left, err := lock.TTL(ctx)
+	require.NoError(t, err, "the key expired under the heartbeat")
+	assert.Greater(t, left, 100*time.Millisecond)
+	require.NoError(t, lock.Release(ctx))
+	ltNoGoroutinesLeft(t)
 }

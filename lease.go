@@ -31,12 +31,15 @@ type Lock struct {
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
+	releaseMu sync.Mutex // held by Release
+
 	mu    sync.Mutex
 	base  time.Time          // local time before the last successful grant or refresh was sent
 	ttl   time.Duration      // the TTL that grant or refresh set: the lock is held at least until base+ttl
 	err   error              // nil while held
 	done  chan struct{}      // made on demand; closed when err is set
 	stop  context.CancelFunc // stops the heartbeat, if one runs
+	kick  chan struct{}      // tells the heartbeat that the TTL changed
 	onEnd func(error)        // called once when err is set
 }
 
@@ -98,6 +101,12 @@ func (k *Lock) Err() error {
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	if sent.After(k.base) {
+		if k.kick != nil && ttl != k.ttl {
+			select {
+			case k.kick <- struct{}{}:
+			default:
+			}
+		}
 		k.base, k.ttl = sent, ttl
 	}
 	k.mu.Unlock()
@@ -199,6 +208,10 @@ func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err
 	}
+	// One Release at a time: a second one waits, then finds the Lock
+	// released and sends nothing.
+	k.releaseMu.Lock()
+	defer k.releaseMu.Unlock()
 	k.mu.Lock()
 	err, stop := k.err, k.stop
 	k.mu.Unlock()
@@ -208,44 +221,41 @@ func (k *Lock) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
-	owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
-	switch {
-	case err != nil:
-		return err
-	case owner == "" && token == 0:
-		return k.lost("release found the lock gone or taken")
-	}
-	k.end(ErrReleased)
+	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
+	switch {
+	case err != nil:
+		return err
+	case !held:
+		return k.lost("release found the lock gone or taken")
+	}
+	k.end(ErrReleased)
 	return nil
 }
 
-// release runs the release script: see lua/release.lua. It returns the
-// owner and token the lock was handed to; an empty owner and a zero token
-// mean the caller did not hold the lock; an empty owner and token 1, that
-// it was released to nobody.
-func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (string, Token, error) {
+// release runs the release script: see lua/release.lua. It reports
+// whether the caller held the lock, and the owner and token of the waiter
+// the lock was handed to, if any (owner is "" if none).
+func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (bool, string, Token, error) {
 	res, err := releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS).Slice()
 	if err != nil {
-		return "", 0, scriptErr("release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
+		return false, "", 0, scriptErr("release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
-	if len(res) == 0 {
-		return "", 0, fmt.Errorf("fencedlock: release %q: empty reply", k.resource)
+	if len(res) != 1 && len(res) != 3 {
+		return false, "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
 	}
-	if n, _ := res[0].(int64); n != 1 {
-		return "", 0, nil
+	held, _ := res[0].(int64)
+	if len(res) == 1 {
+		return held == 1, "", 0, nil
 	}
-	if len(res) == 3 {
-		owner, _ := res[1].(string)
-		token, err := tokenFromReply(res[2])
-		if err != nil || owner == "" {
-			return "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
-		}
-		return owner, token, nil
+	owner, _ := res[1].(string)
+	token, err := tokenFromReply(res[2])
+	if err != nil || owner == "" {
+		return false, "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
 	}
-	return "", 1, nil
+	return held == 1, owner, token, nil
 }
 
 // giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -262,8 +272,8 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 	if markerMS > 0 {
 		marker = markerMS
 	}
-	owner, token, err := k.release(ctx, k.keys[:], entry, marker)
-	if err == nil && owner != "" {
+	_, owner, token, err := k.release(ctx, k.keys[:], entry, marker)
+	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
 	return err

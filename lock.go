@@ -228,7 +228,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, err
 	}
 	sent := time.Now()
-	granted, _, err := l.attempt(ctx, lock, ms, 0)
+	granted, _, _, err := l.attempt(ctx, lock, ms, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -241,10 +241,11 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 
 // attempt runs the acquire script once for an ungranted lock. When
 // granted it sets lock's token and reports true; when not, it reports how
-// long until the lock may be free. life is 0 for a single attempt; for a
-// waiter, it is how long its place in the queue lasts without another
-// attempt.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, time.Duration, error) {
+// long until the lock may be free, and a floor: every grant made before
+// the attempt ran has a token at or below it (0 when unknown). life is 0
+// for a single attempt; for a waiter, it is how long its place in the
+// queue lasts without another attempt.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (granted bool, wait time.Duration, floor Token, err error) {
 	var lifeArg any = ""
 	if life > 0 {
 		lifeArg = life.Milliseconds()
@@ -262,24 +263,28 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
 			}
 		}
-		return false, 0, err
+		return false, 0, 0, err
 	}
-	if len(res) != 2 {
-		return false, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
+	if len(res) < 2 {
+		return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
 	}
-	if granted, _ := res[0].(int64); granted != 1 {
-		wait, _ := res[1].(int64)
-		if wait == -3 {
-			return false, 0, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
+	if ok, _ := res[0].(int64); ok != 1 {
+		left, _ := res[1].(int64)
+		if left == -3 {
+			return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
 		}
-		return false, time.Duration(wait) * time.Millisecond, nil
+		if len(res) == 3 {
+			counter, _ := res[2].(string)
+			floor, _ = ParseToken(counter)
+		}
+		return false, time.Duration(left) * time.Millisecond, floor, nil
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
-		return false, 0, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
+		return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
 	}
 	lock.token = token
-	return true, 0, nil
+	return true, 0, 0, nil
 }
 
 // tokenFromReply converts a token from a script reply: an integer, or a

@@ -17,15 +17,23 @@ var subscriptionLinger = time.Second
 // subscriber is one pub/sub connection of a Locker, shared by all its
 // waiters (on Redis Cluster with sharded pub/sub, by the waiters whose
 // resources hash to one slot). It lives while a channel is subscribed.
+//
+// Its subscribe and unsubscribe commands go out in the order the Locker
+// decided on them, under the Locker's mu, but are sent without holding
+// it: each takes a ticket under the Locker's mu and waits for its turn.
 type subscriber struct {
 	l        *Locker
 	group    uint16
 	sharded  bool
+	cluster  bool
 	channels map[string]*waitQueue // guarded by l.mu
+	tickets  uint64                // guarded by l.mu: tickets handed out
 
-	mu     sync.Mutex // orders subscribe and unsubscribe commands; guards ps and closed
-	ps     *redis.PubSub
-	closed bool
+	mu      sync.Mutex // guards the fields below; held while a command is sent
+	turn    sync.Cond  // signalled when serving changes
+	serving uint64     // the ticket whose command goes next
+	ps      *redis.PubSub
+	closed  bool
 }
 
 // subscribe makes sure that q's channel is subscribed, and returns a
@@ -50,8 +58,9 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 			return pending(ready)
 		}
 	}
+	_, cluster := l.client.(*redis.ClusterClient)
 	var group uint16
-	if _, ok := l.client.(*redis.ClusterClient); ok && mode > 0 {
+	if cluster && mode > 0 {
 		group = hashSlot(q.channel)
 	}
 	if l.subs == nil {
@@ -59,33 +68,63 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	}
 	s := l.subs[group]
 	if s == nil {
-		s = &subscriber{l: l, group: group, sharded: mode > 0, channels: make(map[string]*waitQueue)}
+		s = &subscriber{l: l, group: group, sharded: mode > 0, cluster: cluster, channels: make(map[string]*waitQueue)}
+		s.turn.L = &s.mu
 		l.subs[group] = s
 	}
 	s.channels[q.channel] = q
 	q.sub = s
 	q.ready = make(chan struct{})
 	ready := q.ready
-	s.mu.Lock() // lock order: l.mu, then s.mu
+	ticket := s.tickets
+	s.tickets++
 	l.mu.Unlock()
-	defer s.mu.Unlock()
-	if s.ps == nil {
-		if s.sharded {
-			s.ps = l.client.SSubscribe(context.Background(), q.channel)
-		} else {
-			s.ps = l.client.Subscribe(context.Background(), q.channel)
+	s.send(ticket, func() {
+		if s.ps == nil {
+			s.open(q.channel)
+			return
 		}
-		go s.run(s.ps.ChannelWithSubscriptions())
-		return ready
-	}
-	// An error here is a broken connection: the client connects again
-	// and subscribes to every channel it was asked for.
-	if s.sharded {
-		_ = s.ps.SSubscribe(context.Background(), q.channel)
-	} else {
-		_ = s.ps.Subscribe(context.Background(), q.channel)
-	}
+		// An error here is a broken connection: the client connects
+		// again and subscribes to every channel it was asked for.
+		if s.sharded {
+			_ = s.ps.SSubscribe(context.Background(), q.channel)
+		} else {
+			_ = s.ps.Subscribe(context.Background(), q.channel)
+		}
+	})
 	return ready
+}
+
+// send runs fn, which sends a command, in the turn of ticket.
+func (s *subscriber) send(ticket uint64, fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.serving != ticket {
+		s.turn.Wait()
+	}
+	if !s.closed {
+		fn()
+	}
+	s.serving++
+	s.turn.Broadcast()
+}
+
+// open makes the subscriber's connection, subscribed to channel, and
+// starts dispatching what it receives. s.mu is held.
+func (s *subscriber) open(channel string) {
+	ctx := context.Background()
+	if !s.sharded {
+		s.ps = s.l.client.Subscribe(ctx, channel)
+	} else {
+		s.ps = s.l.client.SSubscribe(ctx, channel)
+		if s.cluster {
+			// When it reconnects, the client picks the node by the
+			// classic channels alone: one of this slot's keeps it on the
+			// node that serves the slot. Nothing is published on it.
+			_ = s.ps.Subscribe(ctx, channel)
+		}
+	}
+	go s.run(s.ps.ChannelWithSubscriptions())
 }
 
 // pending returns ready if it is still open, else nil.
@@ -100,14 +139,17 @@ func pending(ready chan struct{}) <-chan struct{} {
 
 // probe finds out whether Redis has sharded pub/sub (Redis 7 and later),
 // which the scripts use where they can, and remembers it: it returns 1 if
-// so, -1 if not, 0 if Redis could not be asked.
+// so, -1 if not, 0 if Redis could not tell (it is asked again next time).
 func (l *Locker) probe(ctx context.Context) int8 {
 	err := l.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Err()
-	mode := int8(1)
+	var mode int8
 	switch {
-	case isServerError(err):
+	case err == nil:
+		mode = 1
+	case isServerError(err) && strings.Contains(strings.ToLower(err.Error()), "unknown"):
+		// "unknown subcommand" (Redis before 7) or "unknown command"
 		mode = -1
-	case err != nil:
+	default:
 		return 0
 	}
 	l.mu.Lock()
@@ -121,10 +163,14 @@ func (l *Locker) probe(ctx context.Context) int8 {
 // confirmations it then receives make the waiters ask Redis again, for
 // grants published while the connection was down.
 func (s *subscriber) run(msgs <-chan any) {
+	confirmation := "subscribe"
+	if s.sharded {
+		confirmation = "ssubscribe"
+	}
 	for msg := range msgs {
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			if m.Kind == confirmation {
 				s.l.confirmed(s, m.Channel)
 			}
 		case *redis.Message:
@@ -184,22 +230,20 @@ func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 	if last {
 		delete(l.subs, s.group)
 	}
-	s.mu.Lock() // lock order: l.mu, then s.mu
+	ticket := s.tickets
+	s.tickets++
 	l.mu.Unlock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	if last {
-		s.closed = true
-		_ = s.ps.Close()
-		return
-	}
-	if s.sharded {
-		_ = s.ps.SUnsubscribe(context.Background(), q.channel)
-	} else {
-		_ = s.ps.Unsubscribe(context.Background(), q.channel)
-	}
+	s.send(ticket, func() {
+		switch {
+		case last:
+			s.closed = true
+			_ = s.ps.Close()
+		case s.sharded:
+			_ = s.ps.SUnsubscribe(context.Background(), q.channel)
+		default:
+			_ = s.ps.Unsubscribe(context.Background(), q.channel)
+		}
+	})
 }
 
 // hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of

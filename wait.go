@@ -47,8 +47,9 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 // ctx.Err(). Errors other than a held lock (a Redis failure, bad input)
 // end the wait at once.
 //
-// Waiting is first come, first served, and costs Redis nothing while the
-// lock is held. The goroutines of one Locker waiting for one resource
+// Waiting is first come, first served, and costs Redis little while the
+// lock is held: one renewal of the waiter's place per process every third
+// of the TTL or every second, whichever is sooner (see WithRetryDelay). The goroutines of one Locker waiting for one resource
 // queue in the process, and only the first of them queues in Redis, where
 // waiters of every process queue in order of arrival. Release hands the
 // lock to the first live waiter in that queue, with a fresh token, in the
@@ -119,6 +120,7 @@ type waiter struct {
 	lock    *Lock
 	wake    chan struct{} // a nudge: first in the local queue now, or look again
 	granted Token         // nonzero once a release handed it the lock with this token
+	floor   Token         // every grant made before its last refused attempt has a token at or below it
 }
 
 // waitQueue holds a Locker's waiters for one resource, first come first
@@ -211,10 +213,11 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		if err := ctx.Err(); err != nil {
 			return time.Time{}, l.quit(ctx, q, w, ms, !refused.IsZero())
 		}
-		// A grant came after the refused attempt ran, so it lasts at least
-		// until refused+ttl. One whose message came too late to be sure of
-		// that is checked by the attempt below: its script returns the
-		// grant, renewed, if it is still this waiter's.
+		// A grant handed over by a release came after the refused attempt
+		// ran (its token is above the floor that attempt saw), so it lasts
+		// at least until refused+ttl. One that came too late to be sure
+		// the lock is still there is checked by the attempt below: its
+		// script returns the grant, renewed, if it is still this waiter's.
 		if t := l.takeGrant(w); t != 0 && time.Since(refused) < ttl-ttl/lossMargin {
 			w.lock.token = t
 			return refused, nil
@@ -224,14 +227,23 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		default:
 		}
 		sent := time.Now()
-		granted, hint, err := l.attempt(ctx, w.lock, ms, life)
+		granted, hint, floor, err := l.attempt(ctx, w.lock, ms, life)
 		if err != nil {
+			if !refused.IsZero() && isServerError(err) {
+				// An error reply (OOM, READONLY during a failover...):
+				// leave the queue, or the lock would be handed to a waiter
+				// that has gone.
+				if cerr := w.lock.giveUp(ctx, ms, true, 0); cerr != nil {
+					err = fmt.Errorf("%w (leaving the queue failed too: %v)", err, cerr)
+				}
+			}
 			return time.Time{}, acquireErr(ctx, err)
 		}
 		if granted {
 			return sent, nil
 		}
 		refused = sent
+		l.setFloor(w, floor)
 		wait := min(max(life/3, cfg.minDelay), cfg.maxDelay)
 		if hint >= 0 {
 			// PTTL counts whole milliseconds left, rounded down: 0 is
@@ -292,13 +304,24 @@ func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, qu
 }
 
 // takeGrant returns the token of the grant a release handed w, or 0, and
-// forgets it.
+// forgets it. A grant at or below w's floor was made before w's last
+// refused attempt ran, and has ended since: its message came late.
 func (l *Locker) takeGrant(w *waiter) Token {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := w.granted
 	w.granted = 0
+	if t <= w.floor {
+		return 0
+	}
 	return t
+}
+
+// setFloor records the floor of w's last refused attempt.
+func (l *Locker) setFloor(w *waiter, floor Token) {
+	l.mu.Lock()
+	w.floor = floor
+	l.mu.Unlock()
 }
 
 // handedOn delivers the grant of a release to owner, the first local
@@ -311,7 +334,7 @@ func (l *Locker) handedOn(resource, owner string, token Token) {
 		return
 	}
 	w := q.waiters[0]
-	if w.granted != 0 || w.lock.owner.(string) != owner {
+	if w.granted != 0 || w.lock.owner.(string) != owner || token <= w.floor {
 		return
 	}
 	w.granted = token

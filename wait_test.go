@@ -3,9 +3,11 @@ package fencedlock_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -440,6 +442,147 @@ func TestClusterWaiterWakesOnRelease(t *testing.T) {
 		lock := ltAwait(t, done)
 		assert.Less(t, time.Since(released), 100*time.Millisecond)
 		assert.Greater(t, lock.Token(), holder.Token())
+		require.NoError(t, lock.Release(ctx))
+	}
+	ltNoGoroutinesLeft(t)
+}
+
+// A waiter whose attempt gets an error reply (here OOM) leaves the Redis
+// queue as it returns the error: the release does not hand the lock to it.
+func TestWaiterLeavesTheQueueOnAnErrorReply(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := ltCtx(t)
+	l := fencedlock.New(c)
+	holder, err := l.TryAcquire(ctx, "oom", ltLongTTL)
+	require.NoError(t, err)
+	queue, _ := ltQueueKeys(l, "oom")
+	done := ltWaitFor(ctx, l, "oom", ltLongTTL, fencedlock.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
+	ltEventually(t, func() bool { return c.ZCard(ctx, queue).Val() == 1 }, "the waiter to queue")
+	// The waiter's next renewal gets an OOM error reply.
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	r := <-done
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Error(t, r.err)
+	assert.Contains(t, r.err.Error(), "OOM")
+	assert.Zero(t, c.ZCard(ctx, queue).Val(), "the waiter that returned is still queued")
+	require.NoError(t, holder.Release(ctx))
+	assert.Zero(t, c.Exists(ctx, l.LockKey("oom")).Val(), "the release handed the lock to a waiter that had returned")
+}
+
+// When the first waiter gives up while the lock is free (its holder
+// crashed) and promised to it, the lock goes on to the next waiter at
+// once, not when the next one's timer fires.
+func TestFirstWaiterGivingUpHandsAFreeLockOn(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		first, second := ltLocker(b), ltLocker(b)
+		ltTryAcquire(t, ctx, ltLocker(b), "crashed", ltLongTTL)
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		firstDone := ltWaitFor(fctx, first, "crashed", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool { return ltQueued(t, b, first, "crashed") == 1 }, "the first waiter to queue")
+		secondDone := ltWaitFor(ctx, second, "crashed", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool {
+			return ltQueued(t, b, first, "crashed") == 2 && ltSubscribers(t, b, first, "crashed") == 2
+		}, "the second waiter to queue and subscribe")
+		time.Sleep(20 * time.Millisecond)
+		// The holder crashed: its key expires (deleted here, as a real
+		// Redis would at the end of the TTL). The first waiter, whose timer
+		// has an hour to go, gives up.
+		require.NoError(t, b.Client.Del(ctx, first.LockKey("crashed")).Err())
+		cancel()
+		r := <-firstDone
+		require.ErrorIs(t, r.err, context.Canceled)
+		left := time.Now()
+		lock := ltAwait(t, secondDone)
+		assert.Less(t, time.Since(left), 100*time.Millisecond, "the second waiter was not handed the free lock")
+		require.NoError(t, lock.Release(ctx))
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// A subscription that takes long to connect holds up no other call of
+// the Locker: subscribe and unsubscribe commands are not sent under the
+// Locker's lock.
+func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	var slow atomic.Bool
+	c := redis.NewClient(&redis.Options{
+		Addr: b.Client.Options().Addr,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if slow.Load() {
+				time.Sleep(2 * time.Second) // a connect that takes long
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	holders := ltLocker(b)
+	// Connections for the commands, made before connecting gets slow.
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Ping(ctx) }()
+	}
+	wg.Wait()
+	for _, r := range []string{"r1", "r2"} {
+		h := ltTryAcquire(t, ctx, holders, r, ltLongTTL)
+		defer h.Release(ctx)
+	}
+	slow.Store(true)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := ltWaitFor(wctx, l, "r1", ltLongTTL)
+	time.Sleep(100 * time.Millisecond) // r1's subscription is connecting
+	second := ltWaitFor(wctx, l, "r2", ltLongTTL)
+	time.Sleep(100 * time.Millisecond) // r2's waits for its turn
+	start := time.Now()
+	free, err := l.Acquire(ctx, "free", ltLongTTL)
+	require.NoError(t, err)
+	require.NoError(t, free.Release(ctx))
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "a free resource waited for another resource's subscription")
+	cancel()
+	<-first
+	<-second
+}
+
+// On a cluster of three masters, a waiter's sharded subscription that
+// breaks is made again on the node serving its slot, and the waiter
+// hears the grants published after that.
+func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
+	servers := redistest.StartClusterN(t, 3)
+	ctx := ltCtx(t)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { client.Close() })
+	holders, waiters := fencedlock.New(client), fencedlock.New(client)
+	for i := 0; i < 6; i++ {
+		resource := fmt.Sprintf("res-%d", i)
+		channel := strings.TrimSuffix(waiters.LockKey(resource), "lock") + "grants"
+		holder, err := holders.TryAcquire(ctx, resource, ltLongTTL)
+		require.NoError(t, err)
+		done := ltWaitFor(ctx, waiters, resource, ltLongTTL, ltHourDelay)
+		subscribed := func() bool {
+			n, err := client.PubSubShardNumSub(ctx, channel).Result()
+			return err == nil && n[channel] == 1
+		}
+		ltEventually(t, subscribed, "the waiter to subscribe to "+channel)
+		// Break every subscription connection, as a network blip would.
+		require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+		}))
+		ltEventually(t, subscribed, "the subscription to "+channel+" to be made again")
+		time.Sleep(50 * time.Millisecond)
+		released := time.Now()
+		require.NoError(t, holder.Release(ctx))
+		lock := ltAwait(t, done)
+		assert.Less(t, time.Since(released), 200*time.Millisecond, "%s: the grant was not heard", resource)
 		require.NoError(t, lock.Release(ctx))
 	}
 	ltNoGoroutinesLeft(t)

@@ -7,9 +7,11 @@
 -- milliseconds of its place in the queue
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
--- Returns {1, token} when granted; {0, ms} when not, where ms is how long
--- until the lock may be free (the holder's PTTL, or the remaining life of
--- the waiter ahead in the queue); {0, -3} when the attempt was abandoned.
+-- Returns {1, token} when granted; {0, ms, counter} when not, where ms is
+-- how long until the lock may be free (the holder's PTTL, or the remaining
+-- life of the waiter ahead in the queue) and counter the token counter's
+-- value (every grant made before this run has a token at or below it); {0,
+-- -3} when the attempt was abandoned.
 --
 -- A run for an owner that already holds the lock returns its grant again
 -- with its TTL renewed: a client that lost the reply and sent the command
@@ -36,7 +38,7 @@ if held then
   if waiting then
     enqueue(entry, tonumber(ARGV[3]))
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), redis.pcall('GET', KEYS[2])}
 end
 if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, -3}
@@ -46,7 +48,7 @@ if head and head ~= entry then
   if waiting then
     enqueue(entry, tonumber(ARGV[3]))
   end
-  return {0, tonumber(redis.call('HGET', KEYS[4], head)) - now_ms()}
+  return {0, tonumber(redis.call('HGET', KEYS[4], head)) - now_ms(), redis.pcall('GET', KEYS[2])}
 end
 local t = grant(ARGV[1], ARGV[2])
 if type(t) == 'table' then

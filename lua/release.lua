@@ -12,9 +12,11 @@
 --
 -- When the caller holds the lock and a waiter is queued, the lock is
 -- granted to that waiter with a fresh token, as the acquire script would,
--- and "<owner nonce>:<token>" is published on the channel. Returns {0}
--- when the caller did not hold the lock, {1} when it was released and
--- deleted, {1, owner, token} when it was handed to owner.
+-- and "<owner nonce>:<token>" is published on the channel. So it is, too,
+-- when the lock is free and a waiter gives up: the next one need not wait
+-- for its timer. Returns {held} or {held, owner, token}, where held is 1
+-- when the caller held the lock (and no longer does) and 0 otherwise, and
+-- owner and token name the waiter the lock was handed to, if any.
 if ARGV[3] ~= '' then
   dequeue(ARGV[3])
 end
@@ -22,7 +24,11 @@ if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
 end
 local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
+local held = 0
+if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  held = 1
+elseif v or ARGV[3] == '' then
+  -- another owner's lock, or a release that finds the lock gone
   return {0}
 end
 local head, owner, ttl = queue_head()
@@ -33,8 +39,10 @@ if head then
   if type(t) ~= 'table' then
     dequeue(head)
     publish(ARGV[2], owner .. t)
-    return {1, owner, t}
+    return {held, owner, t}
   end
 end
-redis.call('DEL', KEYS[1])
-return {1}
+if held == 1 then
+  redis.call('DEL', KEYS[1])
+end
+return {held}

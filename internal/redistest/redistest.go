@@ -216,3 +216,45 @@ func StartCluster(tb testing.TB) *Server {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// StartClusterN starts a Redis Cluster of n masters (no replicas) on
+// loopback ports, the slots split evenly between them in order, and
+// returns the servers. Use a redis.ClusterClient with their Addrs.
+func StartClusterN(tb testing.TB, n int) []*Server {
+	tb.Helper()
+	ctx := context.Background()
+	servers := make([]*Server, n)
+	clients := make([]*redis.Client, n)
+	for i := range servers {
+		servers[i] = Start(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+		clients[i] = redis.NewClient(&redis.Options{Addr: servers[i].Addr})
+		defer clients[i].Close()
+	}
+	for i, c := range clients {
+		from, to := i*16384/n, (i+1)*16384/n-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", from, to).Err(); err != nil {
+			tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d: %v", from, to, err)
+		}
+		if i > 0 {
+			host, port, _ := strings.Cut(servers[0].Addr, ":")
+			if err := c.ClusterMeet(ctx, host, port).Err(); err != nil {
+				tb.Fatalf("redistest: CLUSTER MEET: %v", err)
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, c := range clients {
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: cluster of %d not ok: %v %s", n, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return servers
+}
+
