@@ -257,4 +257,3 @@ func StartClusterN(tb testing.TB, n int) []*Server {
 	}
 	return servers
 }
-
