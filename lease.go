@@ -30,6 +30,7 @@ type Lock struct {
 	channel  string    // where releases that hand the lock on publish
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
+	transfer *transfer // set when the lock was handed over before Redis confirmed it
 
 	releaseMu sync.Mutex // held by Release
 
@@ -176,8 +177,27 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // owner's.
 var errNotHeld = errors.New("lock not held")
 
+// settle waits until Redis has confirmed the handing over of the lock to
+// this Lock, if it was handed over before (see transfer), and returns
+// the error of a Lock that did not get it. Commands for the lock sent
+// before then could overtake the release that grants it.
+func (k *Lock) settle(ctx context.Context) error {
+	if k.transfer == nil {
+		return nil
+	}
+	select {
+	case <-k.transfer.done:
+		return k.ended()
+	case <-ctx.Done():
+		return fmt.Errorf("fencedlock: %q: waiting for the lock to be handed over: %w", k.resource, ctx.Err())
+	}
+}
+
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
+	if err := k.settle(ctx); err != nil {
+		return err
+	}
 	n, err := refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return scriptErr("refresh", k.resource, err, k.keys[keyLock])
@@ -221,7 +241,16 @@ func (k *Lock) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
+	if err := k.settle(ctx); err != nil {
+		return err
+	}
+	// The next waiter of this Locker may get the lock now, before the
+	// release's answer: see transfer.
+	tr := k.locker.handOver(k.resource)
 	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
+	if tr != nil {
+		tr.complete(owner, token, err)
+	}
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
@@ -288,6 +317,9 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	if err := k.ended(); err != nil {
+		return 0, err
+	}
+	if err := k.settle(ctx); err != nil {
 		return 0, err
 	}
 	ms, err := pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()

@@ -228,7 +228,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, err
 	}
 	sent := time.Now()
-	granted, _, _, err := l.attempt(ctx, lock, ms, 0)
+	granted, _, err := l.attempt(ctx, lock, ms, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -240,12 +240,10 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 }
 
 // attempt runs the acquire script once for an ungranted lock. When
-// granted it sets lock's token and reports true; when not, it reports how
-// long until the lock may be free, and a floor: every grant made before
-// the attempt ran has a token at or below it (0 when unknown). life is 0
-// for a single attempt; for a waiter, it is how long its place in the
-// queue lasts without another attempt.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (granted bool, wait time.Duration, floor Token, err error) {
+// granted it sets lock's token and reports true; when not, it reports
+// what the refusal said. life is 0 for a single attempt; for a waiter, it
+// is how long its place in the queue lasts without another attempt.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, refusal, error) {
 	var lifeArg any = ""
 	if life > 0 {
 		lifeArg = life.Milliseconds()
@@ -263,28 +261,45 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
 			}
 		}
-		return false, 0, 0, err
+		return false, refusal{}, err
 	}
 	if len(res) < 2 {
-		return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
+		return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
 	}
 	if ok, _ := res[0].(int64); ok != 1 {
 		left, _ := res[1].(int64)
 		if left == -3 {
-			return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
+			return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
 		}
-		if len(res) == 3 {
-			counter, _ := res[2].(string)
-			floor, _ = ParseToken(counter)
+		r := refusal{wait: time.Duration(left) * time.Millisecond}
+		if len(res) == 4 {
+			// Unparsable values (a counter of another type) stay 0: no
+			// floor, no reservation.
+			r.floor, _ = tokenFromReply(res[2])
+			r.reserved, _ = tokenFromReply(res[3])
 		}
-		return false, time.Duration(left) * time.Millisecond, floor, nil
+		return false, r, nil
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
-		return false, 0, 0, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
+		return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
 	}
 	lock.token = token
-	return true, 0, 0, nil
+	return true, refusal{}, nil
+}
+
+// refusal is what a refused acquire attempt learned.
+type refusal struct {
+	// wait is how long until the lock may be free: the holder's PTTL, or
+	// the remaining life of the waiter ahead; negative for a lock key
+	// without expiry.
+	wait time.Duration
+	// floor is the token counter before the attempt ran: every grant made
+	// before has a token at or below it.
+	floor Token
+	// reserved is the token reserved for the waiter, first in the queue,
+	// or 0.
+	reserved Token
 }
 
 // tokenFromReply converts a token from a script reply: an integer, or a

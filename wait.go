@@ -117,10 +117,12 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 
 // waiter is a goroutine in Acquire.
 type waiter struct {
-	lock    *Lock
-	wake    chan struct{} // a nudge: first in the local queue now, or look again
-	granted Token         // nonzero once a release handed it the lock with this token
-	floor   Token         // every grant made before its last refused attempt has a token at or below it
+	lock     *Lock
+	wake     chan struct{} // a nudge: first in the local queue now, or look again
+	granted  Token         // nonzero once a release handed it the lock with this token
+	transfer *transfer     // the handing over of granted, when not yet confirmed
+	floor    Token         // every grant made before its last refused attempt has a token at or below it
+	reserved Token         // the token reserved for it, first in the Redis queue, or 0
 }
 
 // waitQueue holds a Locker's waiters for one resource, first come first
@@ -134,6 +136,7 @@ type waitQueue struct {
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
 	idleGen  uint64        // tells the idle timer of now from earlier ones
+	transfer *transfer     // the last handing over of the lock to one of waiters
 }
 
 // nudge wakes w unless a nudge is pending already.
@@ -218,7 +221,11 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		// at least until refused+ttl. One that came too late to be sure
 		// the lock is still there is checked by the attempt below: its
 		// script returns the grant, renewed, if it is still this waiter's.
-		if t := l.takeGrant(w); t != 0 && time.Since(refused) < ttl-ttl/lossMargin {
+		if t, tr := l.takeGrant(w); tr != nil {
+			// handOver set the token.
+			w.lock.transfer = tr
+			return refused, nil
+		} else if t != 0 && time.Since(refused) < ttl-ttl/lossMargin {
 			w.lock.token = t
 			return refused, nil
 		}
@@ -226,8 +233,11 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		case <-w.wake:
 		default:
 		}
+		if err := l.awaitTransfer(ctx, q); err != nil {
+			continue // ctx is done
+		}
 		sent := time.Now()
-		granted, hint, floor, err := l.attempt(ctx, w.lock, ms, life)
+		granted, r, err := l.attempt(ctx, w.lock, ms, life)
 		if err != nil {
 			if !refused.IsZero() && isServerError(err) {
 				// An error reply (OOM, READONLY during a failover...):
@@ -243,12 +253,12 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 			return sent, nil
 		}
 		refused = sent
-		l.setFloor(w, floor)
+		l.refused(w, r)
 		wait := min(max(life/3, cfg.minDelay), cfg.maxDelay)
-		if hint >= 0 {
+		if r.wait >= 0 {
 			// PTTL counts whole milliseconds left, rounded down: 0 is
 			// the last one. A negative PTTL is a key without expiry.
-			wait = min(wait, hint+time.Millisecond)
+			wait = min(wait, r.wait+time.Millisecond)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -294,7 +304,7 @@ func acquireErr(ctx context.Context, err error) error {
 func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
 	l.leave(q, w)
 	err := fmt.Errorf("%w: %q: %w", ErrNotAcquired, w.lock.resource, ctx.Err())
-	if !queued && l.takeGrant(w) == 0 {
+	if t, _ := l.takeGrant(w); !queued && t == 0 {
 		return err
 	}
 	if cerr := w.lock.giveUp(ctx, ms, true, 0); cerr != nil {
@@ -304,24 +314,94 @@ func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, qu
 }
 
 // takeGrant returns the token of the grant a release handed w, or 0, and
-// forgets it. A grant at or below w's floor was made before w's last
-// refused attempt ran, and has ended since: its message came late.
-func (l *Locker) takeGrant(w *waiter) Token {
+// forgets it, with the transfer that hands it over if it is not confirmed
+// yet. A grant at or below w's floor was made before w's last refused
+// attempt ran, and has ended since: its message came late. The token
+// reserved for w is the one exception: it is granted to w alone, after
+// the reservation.
+func (l *Locker) takeGrant(w *waiter) (Token, *transfer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := w.granted
-	w.granted = 0
-	if t <= w.floor {
-		return 0
+	t, tr := w.granted, w.transfer
+	w.granted, w.transfer = 0, nil
+	if t <= w.floor && t != w.reserved {
+		return 0, nil
 	}
-	return t
+	return t, tr
 }
 
-// setFloor records the floor of w's last refused attempt.
-func (l *Locker) setFloor(w *waiter, floor Token) {
+// refused records what w's last refused attempt learned.
+func (l *Locker) refused(w *waiter, r refusal) {
 	l.mu.Lock()
-	w.floor = floor
+	w.floor, w.reserved = r.floor, r.reserved
 	l.mu.Unlock()
+}
+
+// transfer is a lock handed by its holder to the next waiter of the same
+// Locker before Redis confirmed it: the waiter holds the lock from the
+// moment it is handed over, with the token reserved for it, while the
+// release that grants it in Redis is on its way. done is closed once the
+// release has answered; if it did not grant the lock to the waiter, the
+// waiter's Lock ends as lost first.
+type transfer struct {
+	lock  *Lock // the waiter's
+	token Token // reserved for it
+	done  chan struct{}
+}
+
+// handOver hands the lock on resource, which its holder is about to
+// release, to the first local waiter if the lock will go to it: it is
+// first in the Redis queue with a token reserved. It returns the transfer
+// to complete with the release's answer, or nil.
+func (l *Locker) handOver(resource string) *transfer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	w := q.waiters[0]
+	if w.reserved == 0 || w.granted != 0 {
+		return nil
+	}
+	tr := &transfer{lock: w.lock, token: w.reserved, done: make(chan struct{})}
+	w.granted, w.transfer = w.reserved, tr
+	// Set here, before the waiter wakes, as complete may need it.
+	w.lock.token = w.reserved
+	q.transfer = tr
+	w.nudge()
+	return tr
+}
+
+// complete ends the transfer with the answer of the release: the owner
+// and token of the waiter it handed the lock to, or err.
+func (tr *transfer) complete(owner string, token Token, err error) {
+	if err == nil && (owner != tr.lock.owner.(string) || token != tr.token) {
+		err = errors.New("Redis gave it to another waiter, or to none")
+	}
+	if err != nil {
+		tr.lock.lost(fmt.Sprintf("the holder's release did not hand the lock over: %v", err))
+	}
+	close(tr.done)
+}
+
+// awaitTransfer waits until the transfer of the lock to the waiter before
+// this one in q, if any, has been answered: until then, Redis does not
+// know that waiter holds the lock, and this one's attempt would queue
+// behind it. It returns ctx's error if ctx ends first.
+func (l *Locker) awaitTransfer(ctx context.Context, q *waitQueue) error {
+	l.mu.Lock()
+	tr := q.transfer
+	l.mu.Unlock()
+	if tr == nil {
+		return nil
+	}
+	select {
+	case <-tr.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // handedOn delivers the grant of a release to owner, the first local
@@ -334,7 +414,7 @@ func (l *Locker) handedOn(resource, owner string, token Token) {
 		return
 	}
 	w := q.waiters[0]
-	if w.granted != 0 || w.lock.owner.(string) != owner || token <= w.floor {
+	if w.granted != 0 || w.lock.owner.(string) != owner || (token <= w.floor && token != w.reserved) {
 		return
 	}
 	w.granted = token

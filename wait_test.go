@@ -587,3 +587,73 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 	}
 	ltNoGoroutinesLeft(t)
 }
+
+// A holder hands the lock to the next waiter of its own Locker at once,
+// with the token reserved for it, without waiting for its release's
+// reply; the new holder's commands wait until Redis has confirmed it.
+func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		p := redistest.NewProxy(t, b.Client.Options().Addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
+		t.Cleanup(func() { c.Close() })
+		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+		holder := ltTryAcquire(t, ctx, l, "local", ltLongTTL)
+		done := ltWaitFor(ctx, l, "local", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool {
+			return ltQueued(t, b, l, "local") == 1 && ltSubscribers(t, b, l, "local") == 1
+		}, "the waiter to queue")
+		time.Sleep(20 * time.Millisecond)
+
+		const delay = 300 * time.Millisecond
+		p.Delay(delay)
+		released := make(chan error, 1)
+		start := time.Now()
+		go func() { released <- holder.Release(ctx) }()
+		lock := ltAwait(t, done)
+		assert.Less(t, time.Since(start), delay/2, "the waiter waited for the release's reply")
+		assert.Greater(t, lock.Token(), holder.Token())
+		// Its commands wait for the release to be confirmed: the TTL it
+		// reads is its own grant's.
+		left, err := lock.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, left, ltLongTTL-10*time.Second)
+		require.NoError(t, <-released)
+		assert.GreaterOrEqual(t, time.Since(start), 2*delay, "the release's reply came back early: the proxy did not delay it")
+		p.Delay(0)
+		v, _ := ltGetKey(t, b, l.LockKey("local"))
+		assert.True(t, strings.HasSuffix(v, ":"+lock.Token().String()), "Redis granted %q, not the handed-over token %d", v, lock.Token())
+		require.NoError(t, lock.Release(ctx))
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// When the holder's release does not grant the lock to the waiter it was
+// handed to (the holder had lost it), that waiter's Lock ends as lost.
+func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		holder := ltTryAcquire(t, ctx, l, "stale", ltLongTTL)
+		done := ltWaitFor(ctx, l, "stale", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool {
+			return ltQueued(t, b, l, "stale") == 1 && ltSubscribers(t, b, l, "stale") == 1
+		}, "the waiter to queue")
+		time.Sleep(20 * time.Millisecond)
+		// The holder's lock is gone, and someone else holds the key.
+		require.NoError(t, b.Client.Set(ctx, l.LockKey("stale"), "someone-else:1", time.Minute).Err())
+		assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
+		lock := ltAwait(t, done)
+		select {
+		case <-lock.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the Lock handed over without a grant did not end")
+		}
+		assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
+		assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
+		v, _ := ltGetKey(t, b, l.LockKey("stale"))
+		assert.Equal(t, "someone-else:1", v)
+		require.NoError(t, b.Client.Del(ctx, l.LockKey("stale")).Err())
+		ltNoGoroutinesLeft(t)
+	})
+}

@@ -7,11 +7,13 @@
 -- milliseconds of its place in the queue
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
--- Returns {1, token} when granted; {0, ms, counter} when not, where ms is
--- how long until the lock may be free (the holder's PTTL, or the remaining
--- life of the waiter ahead in the queue) and counter the token counter's
--- value (every grant made before this run has a token at or below it); {0,
--- -3} when the attempt was abandoned.
+-- Returns {1, token} when granted; {0, ms, floor, reserved} when not,
+-- where ms is how long until the lock may be free (the holder's PTTL, or
+-- the remaining life of the waiter ahead in the queue), floor the token
+-- counter's value before this run (every grant made before it has a token
+-- at or below it), and reserved, for a waiter first in the queue, the
+-- token reserved for its grant (false otherwise); {0, -3} when the attempt
+-- was abandoned.
 --
 -- A run for an owner that already holds the lock returns its grant again
 -- with its TTL renewed: a client that lost the reply and sent the command
@@ -22,10 +24,28 @@
 --
 -- A free lock goes to the first live waiter in the queue: a run that is
 -- not that waiter is refused, and a waiter's run takes (or keeps) its
--- place in the queue. Everything is checked before anything is written, so
--- an error leaves neither a lock nor a raised counter.
+-- place in the queue. The first waiter gets a token reserved: a release
+-- that hands it the lock grants it that token, so that a holder in the
+-- same process can hand the lock on without waiting for the release's
+-- reply. Everything is checked before anything is written, so an error
+-- leaves neither a lock nor a raised counter.
 local waiting = ARGV[3] ~= ''
 local entry = ARGV[1] .. ARGV[2]
+
+-- Refuses the attempt; a waiter takes or keeps its place in the queue.
+local function refuse(ms)
+  local floor = redis.pcall('GET', KEYS[2])
+  local reserved = false
+  if waiting then
+    enqueue(entry, tonumber(ARGV[3]))
+    local head, _, _, r = queue_head()
+    if head == entry then
+      reserved = r or reserve(entry)
+    end
+  end
+  return {0, ms, floor, reserved}
+end
+
 if waiting and redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, -3}
 end
@@ -35,22 +55,16 @@ if held then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, string.sub(held, #ARGV[1] + 1)}
   end
-  if waiting then
-    enqueue(entry, tonumber(ARGV[3]))
-  end
-  return {0, redis.call('PTTL', KEYS[1]), redis.pcall('GET', KEYS[2])}
+  return refuse(redis.call('PTTL', KEYS[1]))
 end
 if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, -3}
 end
-local head = queue_head()
+local head, _, _, reserved = queue_head()
 if head and head ~= entry then
-  if waiting then
-    enqueue(entry, tonumber(ARGV[3]))
-  end
-  return {0, tonumber(redis.call('HGET', KEYS[4], head)) - now_ms(), redis.pcall('GET', KEYS[2])}
+  return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end
-local t = grant(ARGV[1], ARGV[2])
+local t = grant(ARGV[1], ARGV[2], reserved)
 if type(t) == 'table' then
   return t
 end

@@ -66,17 +66,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Grants the lock at KEYS[1] to owner for ttl milliseconds with a fresh
--- token from the counter at KEYS[2], overwriting the lock key. Returns the
--- token as a digit string, or an error reply (a table), having written
--- nothing, when the counter is unusable.
+-- Returns a fresh token from the counter at KEYS[2] as a digit string, or
+-- an error reply (a table), having written nothing, when the counter is
+-- unusable.
 --
 -- The token is INCR of the counter after raising the counter to the
 -- server clock in microseconds when it is missing or behind it. A counter
 -- that is lost, or that lags because a replica promoted in a failover
 -- missed INCRs, so does not grant a token again, as long as the servers'
 -- clocks do not step back.
-local function grant(owner, ttl)
+local function next_token()
   local c = read_counter(KEYS[2])
   if type(c) == 'table' then
     return c
@@ -87,10 +86,25 @@ local function grant(owner, ttl)
   end
   local t = redis.call('INCR', KEYS[2])
   if t < 9007199254740992 then
-    t = string.format('%d', t)
-  else
-    -- beyond 2^53 a Lua number is not exact: use the stored digits
-    t = redis.call('GET', KEYS[2])
+    return string.format('%d', t)
+  end
+  -- beyond 2^53 a Lua number is not exact: use the stored digits
+  return redis.call('GET', KEYS[2])
+end
+
+-- Grants the lock at KEYS[1] to owner for ttl milliseconds, overwriting
+-- the lock key, and returns the grant's token: reserved, the token
+-- reserved for a waiter, if the counter still stands at it (no token was
+-- issued since, and no Advance raised it), a fresh one otherwise. Returns
+-- an error reply (a table), having written nothing, when the counter is
+-- unusable.
+local function grant(owner, ttl, reserved)
+  local t = reserved
+  if not t or redis.call('GET', KEYS[2]) ~= t then
+    t = next_token()
+    if type(t) == 'table' then
+      return t
+    end
   end
   redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
   return t

@@ -12,9 +12,10 @@
 --
 -- When the caller holds the lock and a waiter is queued, the lock is
 -- granted to that waiter with a fresh token, as the acquire script would,
--- and "<owner nonce>:<token>" is published on the channel. So it is, too,
--- when the lock is free and a waiter gives up: the next one need not wait
--- for its timer. Returns {held} or {held, owner, token}, where held is 1
+-- (the one reserved for it, if the counter still stands there), and
+-- "<owner nonce>:<token>" is published on the channel. So it is, too, when
+-- the lock is free (a waiter gives up, or a holder releases late): the
+-- first waiter need not wait for its timer. Returns {held} or {held, owner, token}, where held is 1
 -- when the caller held the lock (and no longer does) and 0 otherwise, and
 -- owner and token name the waiter the lock was handed to, if any.
 if ARGV[3] ~= '' then
@@ -27,13 +28,13 @@ local v = redis.pcall('GET', KEYS[1])
 local held = 0
 if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   held = 1
-elseif v or ARGV[3] == '' then
-  -- another owner's lock, or a release that finds the lock gone
+elseif v then
+  -- another owner's lock
   return {0}
 end
-local head, owner, ttl = queue_head()
+local head, owner, ttl, reserved = queue_head()
 if head then
-  local t = grant(owner, ttl)
+  local t = grant(owner, ttl, reserved)
   -- an unusable counter hands nothing on: the waiter's own attempt
   -- reports it
   if type(t) ~= 'table' then
