@@ -49,17 +49,22 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 //
 // Waiting is first come, first served, and costs Redis little while the
 // lock is held: one renewal of the waiter's place per process every third
-// of the TTL or every second, whichever is sooner (see WithRetryDelay). The goroutines of one Locker waiting for one resource
-// queue in the process, and only the first of them queues in Redis, where
-// waiters of every process queue in order of arrival. Release hands the
-// lock to the first live waiter in that queue, with a fresh token, in the
-// same script, and publishes the grant on the resource's channel; the
-// Locker's one subscription (one per Redis Cluster hash slot in use) wakes
-// the waiter. A waiter that gives up leaves the queue, passing on a lock
-// handed to it meanwhile. A waiter whose process dies keeps its place
-// until its TTL (at least 100ms) runs out unrenewed: like a holder that
-// crashes, it delays the others by at most one TTL. TryAcquire, too, does
-// not take a free lock that is promised to a waiter.
+// of the TTL or every second, whichever is sooner (see WithRetryDelay).
+// The goroutines of one Locker waiting for one resource queue in the
+// process, and only the first of them queues in Redis, where waiters of
+// every process queue in order of arrival. Release hands the lock to the
+// first live waiter in that queue, with a fresh token, in the same script,
+// and publishes the grant on the resource's channel; the Locker's one
+// subscription (one per Redis Cluster hash slot in use) wakes the waiter.
+// The first waiter has a token reserved: a holder whose next waiter is in
+// its own Locker hands it the lock at once, before the release's reply
+// comes back, and the new Lock's commands wait until Redis has confirmed
+// the grant (the Lock ends as lost if Redis does not). A waiter that gives
+// up leaves the queue, passing on a lock handed to it meanwhile. A waiter
+// whose process dies keeps its place until its TTL (at least 100ms) runs
+// out unrenewed: like a holder that crashes, it delays the others by at
+// most one TTL. TryAcquire, too, does not take a free lock that is
+// promised to a waiter.
 //
 // A timer bounded by the holder's remaining TTL covers a crashed holder
 // and a lost message: see WithRetryDelay. With WithHeartbeat, the Lock is
