@@ -57,10 +57,15 @@ if held then
   end
   return refuse(redis.call('PTTL', KEYS[1]))
 end
-if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
-  return {0, -3}
+-- The lock is free. Neither a marker nor a queue is the common case: one
+-- call tells.
+local head, reserved, _
+if redis.call('EXISTS', KEYS[5], KEYS[3]) > 0 then
+  if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
+    return {0, -3}
+  end
+  head, _, _, reserved = queue_head()
 end
-local head, _, _, reserved = queue_head()
 if head and head ~= entry then
   return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end

@@ -71,8 +71,8 @@ end
 -- unusable.
 --
 -- The token is INCR of the counter after raising the counter to the
--- server clock in microseconds when it is missing or behind it. A counter
--- that is lost, or that lags because a replica promoted in a failover
+-- server clock in microseconds when it is missing or behind it (both in
+-- one INCRBY). A counter that is lost, or that lags because a replica promoted in a failover
 -- missed INCRs, so does not grant a token again, as long as the servers'
 -- clocks do not step back.
 local function next_token()
@@ -81,10 +81,14 @@ local function next_token()
     return c
   end
   local seed = clock_seed()
+  local t
   if not c or less(c, seed) then
-    redis.call('SET', KEYS[2], seed)
+    -- raise the counter to the clock and increment it, in one INCRBY:
+    -- both values are below 2^53 (the clock is), so exact as Lua numbers
+    t = redis.call('INCRBY', KEYS[2], string.format('%d', tonumber(seed) - tonumber(c or '0') + 1))
+  else
+    t = redis.call('INCR', KEYS[2])
   end
-  local t = redis.call('INCR', KEYS[2])
   if t < 9007199254740992 then
     return string.format('%d', t)
   end
