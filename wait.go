@@ -382,7 +382,7 @@ func (l *Locker) handOver(resource string) *transfer {
 // and token of the waiter it handed the lock to, or err.
 func (tr *transfer) complete(owner string, token Token, err error) {
 	if err == nil && (owner != tr.lock.owner.(string) || token != tr.token) {
-		err = errors.New("Redis gave it to another waiter, or to none")
+		err = errors.New("the lock went to another waiter, or to none")
 	}
 	if err != nil {
 		tr.lock.lost(fmt.Sprintf("the holder's release did not hand the lock over: %v", err))
