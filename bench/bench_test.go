@@ -5,6 +5,8 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +22,10 @@ func TestMain(m *testing.M) {
 }
 
 // TestSmoke runs one short round of every scenario for fencedlock on a
-// redis-server of its own, and checks that every row is there, with
-// acquisitions and no errors.
+// redis-server of its own (uncontended-paired: a few small blocks), and
+// checks that every row is there, with acquisitions and no errors, and
+// that the paired row has all its cycles and a ratio of 1.00 to itself.
+// Other scenarios' rows have no ratio.
 func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -32,7 +36,9 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-libs", "fencedlock", "-rounds", "1", "-duration", "300ms", "-cycles", "200"}
+	const blocks, blockCycles = 4, 20
+	args := []string{"-libs", "fencedlock", "-rounds", "1", "-duration", "300ms", "-cycles", "200",
+		"-blocks", strconv.Itoa(blocks), "-block-cycles", strconv.Itoa(blockCycles)}
 	if code := run(ctx, args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -54,6 +60,19 @@ func TestSmoke(t *testing.T) {
 		}
 		if errs := cells[len(cells)-1]; errs != "0" {
 			t.Errorf("%s: %s errors\n%s", sc.name, errs, stdout.String())
+		}
+		want := "-"
+		if sc.paired {
+			want = "1.00"
+			if acq, full := cells[0], strconv.Itoa(blocks*blockCycles); acq != full {
+				t.Errorf("%s: %s acquisitions, want %s", sc.name, acq, full)
+			}
+			if cells[slices.Index(columns, "cycle p50 µs")] == "-" {
+				t.Errorf("%s: no cycle p50", sc.name)
+			}
+		}
+		if got := cells[slices.Index(columns, "vs "+pairedReference)]; got != want {
+			t.Errorf("%s: vs %s %s, want %s", sc.name, pairedReference, got, want)
 		}
 	}
 }

@@ -30,6 +30,16 @@ type childSpec struct {
 	Warmup         time.Duration // warm-up length of a contended run
 	WarmupCycles   int           // warm-up cycles of an uncontended run
 	Grace          time.Duration // how long after the run a waiter may still wait
+
+	// A paired run (uncontended-paired) sets Libraries instead of
+	// Library: a client of each, on Resource and WarmupResource suffixed
+	// with ":" and the library's name, WarmupCycles each, then Blocks
+	// blocks of BlockCycles cycles per library, the libraries in an order
+	// rotated by one each block, starting Rotation places in.
+	Libraries   []string `json:",omitempty"`
+	Blocks      int      `json:",omitempty"`
+	BlockCycles int      `json:",omitempty"`
+	Rotation    int      `json:",omitempty"`
 }
 
 // startMessage is the parent's go: the time, in Unix nanoseconds, at
@@ -53,6 +63,9 @@ type childResult struct {
 	Cycles       []int64  // ns per acquire+release cycle (uncontended runs)
 	Errors       int      // failed acquires and releases
 	ErrorSamples []string // a few distinct error messages
+	// Paired holds a paired run's records, one per library, instead of
+	// the fields above.
+	Paired []pairedResult `json:",omitempty"`
 }
 
 // hold is one measured hold: from acquire returning to calling release,
@@ -121,17 +134,35 @@ func runChild(stdin io.Reader, stdout io.Writer) int {
 		cancel()
 	}()
 
-	lib := libraryByName(spec.Library)
-	if lib == nil {
-		return fail(fmt.Errorf("unknown library %q", spec.Library))
+	var run func(start time.Time) *childResult
+	if len(spec.Libraries) > 0 {
+		libs, err := openPaired(spec)
+		if err != nil {
+			return fail(err)
+		}
+		defer closePaired(libs)
+		warmUpPaired(ctx, libs, spec)
+		run = func(start time.Time) *childResult { return measurePaired(ctx, libs, spec, start) }
+	} else {
+		lib := libraryByName(spec.Library)
+		if lib == nil {
+			return fail(fmt.Errorf("unknown library %q", spec.Library))
+		}
+		client, err := lib.open(spec.Addr, spec.Options)
+		if err != nil {
+			return fail(fmt.Errorf("opening %s: %w", lib.name, err))
+		}
+		defer client.Close()
+		warm := warmUp(ctx, client, spec)
+		run = func(start time.Time) *childResult {
+			res := measure(ctx, client, spec, start)
+			res.Errors += warm.errors
+			for _, s := range warm.samples {
+				res.ErrorSamples = appendSample(res.ErrorSamples, s)
+			}
+			return res
+		}
 	}
-	client, err := lib.open(spec.Addr, spec.Options)
-	if err != nil {
-		return fail(fmt.Errorf("opening %s: %w", lib.name, err))
-	}
-	defer client.Close()
-
-	warm := warmUp(ctx, client, spec)
 	if err := enc.Encode(childMessage{Ready: true}); err != nil {
 		return 1
 	}
@@ -141,11 +172,7 @@ func runChild(stdin io.Reader, stdout io.Writer) int {
 	case <-ctx.Done():
 		return 1
 	}
-	res := measure(ctx, client, spec, time.Unix(0, start.Start))
-	res.Errors += warm.errors
-	for _, s := range warm.samples {
-		res.ErrorSamples = appendSample(res.ErrorSamples, s)
-	}
+	res := run(time.Unix(0, start.Start))
 	if err := enc.Encode(childMessage{Result: res}); err != nil {
 		return 1
 	}

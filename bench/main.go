@@ -1,6 +1,8 @@
 // Command bench compares fencedlock with other Redis lock libraries for
 // Go (redsync, redislock and rueidislock) on one real redis-server: an
-// uncontended acquire+release cycle, 8 goroutines of one process
+// uncontended acquire+release cycle (each library in its own process,
+// and all of them in one process in alternating blocks, which cancels
+// the machine's drift between passes), 8 goroutines of one process
 // contending for one lock, and 4 processes of 2 goroutines each doing the
 // same. It prints one row per library and scenario: acquisitions, how busy
 // the lock was kept, wait percentiles, Redis commands per acquisition
@@ -36,6 +38,8 @@ type config struct {
 	rounds    int
 	hold      time.Duration
 	cycles    int
+	blocks    int // uncontended-paired: blocks per round
+	blockCyc  int // uncontended-paired: cycles per library per block
 	libs      []*library
 	scenarios []scenario
 	markdown  bool
@@ -75,6 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.opts.TTL, "ttl", 10*time.Second, "lock TTL for every library")
 	fs.DurationVar(&c.hold, "hold", time.Millisecond, "how long a contending goroutine holds the lock (a sleep)")
 	fs.IntVar(&c.cycles, "cycles", 3000, "acquire+release cycles of the uncontended timed run")
+	fs.IntVar(&c.blocks, "blocks", 60, "uncontended-paired: blocks per round, each running every library in turn")
+	fs.IntVar(&c.blockCyc, "block-cycles", 50, "uncontended-paired: acquire+release cycles per library per block")
 	libs := fs.String("libs", libraryNames(), "libraries to run, comma-separated")
 	scens := fs.String("scenarios", scenarioNames(), "scenarios to run, comma-separated")
 	fs.BoolVar(&c.markdown, "markdown", false, "print Markdown instead of aligned text")
@@ -106,6 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-hold must not be negative")
 	case c.cycles < 1:
 		return c, errors.New("-cycles must be at least 1")
+	case c.blocks < 1 || c.blockCyc < 1:
+		return c, errors.New("-blocks and -block-cycles must be at least 1")
 	case c.opts.RedislockMin <= 0 || c.opts.RedislockMax < c.opts.RedislockMin:
 		return c, errors.New("-redislock-min must be positive and at most -redislock-max")
 	}
@@ -202,7 +210,8 @@ func (b *bench) calibrate() error {
 }
 
 // runRounds runs every round: in each, every scenario, and in each
-// scenario every library, in an order rotated by one each round.
+// scenario every library, in an order rotated by one each round. The
+// paired scenario runs every library in one pass, once per round.
 func (b *bench) runRounds(ctx context.Context) ([]row, error) {
 	rows := make([]row, 0, len(b.cfg.scenarios)*len(b.cfg.libs))
 	index := map[string]int{}
@@ -214,6 +223,18 @@ func (b *bench) runRounds(ctx context.Context) ([]row, error) {
 	}
 	for round := 1; round <= b.cfg.rounds; round++ {
 		for _, sc := range b.cfg.scenarios {
+			if sc.paired {
+				figs, err := b.runPairedRound(ctx, sc, round)
+				if err != nil {
+					return nil, fmt.Errorf("round %d, %s: %w", round, sc.name, err)
+				}
+				for _, lib := range b.cfg.libs {
+					i := index[sc.name+"/"+lib.name]
+					rows[i].rounds = append(rows[i].rounds, figs[lib.name])
+					b.logProgress(round, sc, lib, figs[lib.name])
+				}
+				continue
+			}
 			for _, lib := range rotate(b.cfg.libs, round-1) {
 				f, err := b.runRow(ctx, sc, lib, round)
 				if err != nil {
@@ -298,7 +319,7 @@ func (b *bench) flush() error {
 // logProgress writes one line per finished row to the progress stream.
 func (b *bench) logProgress(round int, sc scenario, lib *library, f figures) {
 	cells := f.cells()
-	fmt.Fprintf(b.progress, "round %d/%d %-11s %-11s", round, b.cfg.rounds, sc.name, lib.name)
+	fmt.Fprintf(b.progress, "round %d/%d %-18s %-11s", round, b.cfg.rounds, sc.name, lib.name)
 	for i, c := range cells {
 		fmt.Fprintf(b.progress, " %s %s", columns[i], c)
 	}
@@ -333,9 +354,11 @@ func (b *bench) header() (header, error) {
 	c := b.cfg
 	h.run = fmt.Sprintf("rounds %d (library order rotated by one each round); contended: %v timed pass + %v counting pass, "+
 		"each after a %v warm-up on another resource, hold %v (a sleep); uncontended: %d timed + %d counting cycles, each after %d warm-up cycles; "+
-		"lock TTL %v; every pass in fresh worker processes, one Redis client per process",
+		"uncontended-paired: one pass, all libraries in one process, %d warm-up cycles each, then %d blocks of %d cycles per library, order rotated by one each block; "+
+		"lock TTL %v; every pass in fresh worker processes, one Redis client per process and library",
 		c.rounds, c.duration, c.countingDuration(), warmupDuration, c.hold,
-		c.cycles, c.countingCycles(), c.warmupCycles(), c.opts.TTL)
+		c.cycles, c.countingCycles(), c.warmupCycles(),
+		c.warmupCycles(), c.blocks, c.blockCyc, c.opts.TTL)
 	for _, lib := range c.libs {
 		h.libs = append(h.libs, [2]string{lib.name + " " + versions[lib.module], lib.describe(c.opts)})
 	}

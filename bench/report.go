@@ -20,7 +20,7 @@ type row struct {
 // columns of the tables, after "scenario" and "library".
 var columns = []string{
 	"acq", "busy%", "hold ms", "gap p50 ms", "wait p50 ms", "wait p99 ms", "wait max ms",
-	"cmds/acq", "sent/acq", "cycle p50 µs", "cycle p90 µs", "errors",
+	"cmds/acq", "sent/acq", "cycle p50 µs", "cycle p90 µs", "vs " + pairedReference, "errors",
 }
 
 // cells formats f for the table, in columns' order.
@@ -37,6 +37,7 @@ func (f figures) cells() []string {
 		formatFixed(f.SentPerAcq, 2),
 		formatFixed(f.CycleP50, 0),
 		formatFixed(f.CycleP90, 0),
+		formatFixed(f.VsRef, 2),
 		strconv.Itoa(f.Errors),
 	}
 }
@@ -147,15 +148,21 @@ func (t table) write(w io.Writer, markdown bool, textCols int) {
 // legend explains the columns.
 func legend() []string {
 	return []string{
-		"acq: acquisitions in the timed pass (uncontended: cycles)",
+		"acq: acquisitions in the timed pass (uncontended and uncontended-paired: cycles)",
 		"busy%: sum of measured holds (acquire returned to release called) / wall time from the start to the last release",
 		"hold: mean measured hold (the -hold sleep and its overshoot, which differs between libraries: busy% follows it)",
 		"gap: median time from one release call to the next grant's acquire returning (the hand-off), contended only",
 		"wait: from calling acquire to holding the lock (uncontended: the acquire call)",
 		"cmds/acq: INFO stats total_commands_processed delta over the timed pass, less the bench's INFO, per acquisition; includes commands scripts run (redis.call)",
 		"sent/acq: commands sent by clients per acquisition, counted with MONITOR (script-inner calls left out) in a separate, shorter counting pass",
-		"cycle: one acquire+release, uncontended only",
-		"errors: total over all rounds and both passes, warm-ups included: failed acquires and releases, waits cut off " + grace.String() + " after the run ended, overlapping holds, tokens out of order; never a median",
+		"cycle: one acquire+release, uncontended only; p50 and p90 over all the row's cycles",
+		"uncontended-paired: every library in ONE worker process, a client each, each on a lock of its own: warm-up cycles per library, then blocks of cycles " +
+			"per library, the library order rotated by one each block (and each round). Its rows compare with each other, not with the uncontended rows: " +
+			"they share the machine's state, which drifts between passes. " +
+			"One pass, no counting pass: cmds/acq and sent/acq are - (its commands mix the libraries)",
+		"vs " + pairedReference + ": uncontended-paired only: median over blocks of (the library's median cycle in the block / " + pairedReference +
+			"'s median cycle in the same block); 1.00 for " + pairedReference + " itself, - without it; below 1: faster",
+		"errors: total over all rounds and both passes (uncontended-paired: its one pass), warm-ups included: failed acquires and releases, waits cut off " + grace.String() + " after the run ended, overlapping holds, tokens out of order; never a median",
 		"figures other than errors: median over rounds",
 	}
 }

@@ -20,11 +20,15 @@ type scenario struct {
 	procs      int  // worker processes
 	goroutines int  // contending goroutines per process
 	cycles     bool // uncontended acquire+release cycles, one goroutine
+	// paired: every library in one process, in alternating blocks of
+	// uncontended cycles, once per round (see paired.go)
+	paired bool
 }
 
 // scenarios lists the scenarios, in table order.
 var scenarios = []scenario{
 	{name: "uncontended", procs: 1, goroutines: 1, cycles: true},
+	{name: "uncontended-paired", procs: 1, goroutines: 1, cycles: true, paired: true},
 	{name: "1proc-8g", procs: 1, goroutines: 8},
 	{name: "4proc-2g", procs: 4, goroutines: 2},
 }
@@ -77,7 +81,7 @@ const (
 type pass struct {
 	kind     passKind
 	scenario scenario
-	lib      *library
+	lib      *library  // nil for a paired pass, which sets spec.Libraries
 	spec     childSpec // Goroutines and Resource set; Library and Addr filled in by run
 }
 
@@ -99,7 +103,9 @@ const startDelay = 100 * time.Millisecond
 // way out.
 func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 	spec := p.spec
-	spec.Library = p.lib.name
+	if p.lib != nil {
+		spec.Library = p.lib.name
+	}
 	spec.Addr = b.addr
 	children := make([]*childProc, 0, p.scenario.procs)
 	defer func() {

@@ -21,6 +21,7 @@ type figures struct {
 	SentPerAcq float64 // client-sent commands per acquisition (MONITOR)
 	CycleP50   float64 // µs, uncontended only
 	CycleP90   float64 // µs, uncontended only
+	VsRef      float64 // uncontended-paired only: median over blocks of the block median cycle / the reference library's
 	Errors     int     // errors of both passes
 	Notes      []string
 }
@@ -117,6 +118,7 @@ func roundFigures(sc scenario, timed, counting *passOutcome) figures {
 		SentPerAcq: perAcq(float64(counting.monitor.Sent), c.acquisitions),
 		CycleP50:   math.NaN(),
 		CycleP90:   math.NaN(),
+		VsRef:      math.NaN(),
 		Errors:     t.errors + c.errors,
 		Notes:      t.notes,
 	}
@@ -199,6 +201,7 @@ func medianFigures(rounds []figures) figures {
 		SentPerAcq: pick(func(f figures) float64 { return f.SentPerAcq }),
 		CycleP50:   pick(func(f figures) float64 { return f.CycleP50 }),
 		CycleP90:   pick(func(f figures) float64 { return f.CycleP90 }),
+		VsRef:      pick(func(f figures) float64 { return f.VsRef }),
 	}
 	for _, f := range rounds {
 		m.Errors += f.Errors

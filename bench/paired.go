@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// The uncontended-paired scenario measures the uncontended
+// acquire+release cycle of every selected library in one worker process,
+// in alternating blocks of cycles, so that all libraries see the same
+// state of the machine (loopback latency on a shared machine drifts
+// several-fold between passes a few seconds apart). Each block runs every
+// library for a few cycles, in an order rotated by one each block, and a
+// library's cycles in a block are compared with the reference library's
+// in the same block.
+
+// pairedReference is the library the ratio column compares with.
+const pairedReference = "fencedlock"
+
+// pairedResult is one library's record of a paired run.
+type pairedResult struct {
+	Library string
+	// Blocks holds the ns of each acquire+release cycle, per block, in run
+	// order. Record.Cycles is left empty.
+	Blocks [][]int64
+	Record childResult // waits, holds, errors
+}
+
+// pairedLib is one library's state in a paired worker process.
+type pairedLib struct {
+	name     string
+	client   libClient
+	worker   lockWorker
+	warm     *record
+	rec      record
+	blocks   [][]int64
+	resource string
+}
+
+// openPaired opens a client for every library of spec, each with a
+// resource of its own.
+func openPaired(spec childSpec) ([]*pairedLib, error) {
+	var libs []*pairedLib
+	for _, name := range spec.Libraries {
+		lib := libraryByName(name)
+		if lib == nil {
+			closePaired(libs)
+			return nil, fmt.Errorf("unknown library %q", name)
+		}
+		client, err := lib.open(spec.Addr, spec.Options)
+		if err != nil {
+			closePaired(libs)
+			return nil, fmt.Errorf("opening %s: %w", name, err)
+		}
+		resource := spec.Resource + ":" + name
+		libs = append(libs, &pairedLib{name: name, client: client, worker: client.worker(resource), resource: resource})
+	}
+	return libs, nil
+}
+
+// closePaired closes every library's client.
+func closePaired(libs []*pairedLib) {
+	for _, l := range libs {
+		_ = l.client.Close()
+	}
+}
+
+// warmUpPaired runs each library's warm-up cycles on a warm-up resource
+// of its own, one library after another.
+func warmUpPaired(ctx context.Context, libs []*pairedLib, spec childSpec) {
+	for _, l := range libs {
+		w := spec
+		w.Resource = l.resource
+		w.WarmupResource = spec.WarmupResource + ":" + l.name
+		w.Cycles = 1 // an uncontended run: warmUp runs WarmupCycles cycles
+		l.warm = warmUp(ctx, l.client, w)
+	}
+}
+
+// measurePaired runs spec.Blocks blocks from start; a block runs
+// spec.BlockCycles cycles of each library, the libraries in an order
+// rotated by one from one block to the next.
+func measurePaired(ctx context.Context, libs []*pairedLib, spec childSpec, start time.Time) *childResult {
+	time.Sleep(time.Until(start))
+	n := len(libs)
+	for b := 0; b < spec.Blocks && ctx.Err() == nil; b++ {
+		for i := range libs {
+			l := libs[(spec.Rotation+b+i)%n]
+			before := len(l.rec.cycles)
+			runCycles(ctx, l.worker, spec.BlockCycles, &l.rec)
+			l.blocks = append(l.blocks, l.rec.cycles[before:len(l.rec.cycles):len(l.rec.cycles)])
+		}
+	}
+	res := &childResult{}
+	for _, l := range libs {
+		r := childResult{
+			Waits:        l.rec.waits,
+			Holds:        l.rec.holds,
+			Errors:       l.rec.errors + l.warm.errors,
+			ErrorSamples: l.rec.samples,
+		}
+		for _, s := range l.warm.samples {
+			r.ErrorSamples = appendSample(r.ErrorSamples, s)
+		}
+		res.Paired = append(res.Paired, pairedResult{Library: l.name, Blocks: l.blocks, Record: r})
+	}
+	return res
+}
+
+// runPairedRound runs the paired scenario once, for every library, and
+// returns each library's figures.
+func (b *bench) runPairedRound(ctx context.Context, sc scenario, round int) (map[string]figures, error) {
+	if err := b.flush(); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(b.cfg.libs))
+	for i, l := range b.cfg.libs {
+		names[i] = l.name
+	}
+	resource := fmt.Sprintf("bench:%s:r%d", sc.name, round)
+	spec := childSpec{
+		Options:        b.cfg.opts,
+		Resource:       resource,
+		WarmupResource: resource + ":warmup",
+		Goroutines:     1,
+		Grace:          grace,
+		WarmupCycles:   b.cfg.warmupCycles(),
+		Libraries:      names,
+		Blocks:         b.cfg.blocks,
+		BlockCycles:    b.cfg.blockCyc,
+		Rotation:       round - 1,
+	}
+	out, err := b.runPass(ctx, pass{kind: timedPass, scenario: sc, spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	if len(out.results) != 1 || len(out.results[0].Paired) != len(names) {
+		return nil, fmt.Errorf("worker process returned %d results", len(out.results))
+	}
+	return pairedFigures(out.start, out.results[0].Paired), nil
+}
+
+// pairedFigures computes one round's figures of every library of a
+// paired run.
+func pairedFigures(start int64, results []pairedResult) map[string]figures {
+	var refBlocks []float64
+	for _, r := range results {
+		if r.Library == pairedReference {
+			refBlocks = blockMedians(r.Blocks)
+		}
+	}
+	out := map[string]figures{}
+	for _, r := range results {
+		rec := r.Record
+		for _, blk := range r.Blocks {
+			rec.Cycles = append(rec.Cycles, blk...)
+		}
+		s := summarize(&passOutcome{start: start, results: []childResult{rec}})
+		f := figures{
+			Acq:        float64(s.acquisitions),
+			Busy:       math.NaN(),
+			HoldMean:   math.NaN(),
+			GapP50:     math.NaN(),
+			WaitP50:    ms(percentile(s.waits, 50)),
+			WaitP99:    ms(percentile(s.waits, 99)),
+			WaitMax:    ms(percentile(s.waits, 100)),
+			CmdsPerAcq: math.NaN(),
+			SentPerAcq: math.NaN(),
+			CycleP50:   us(percentile(s.cycles, 50)),
+			CycleP90:   us(percentile(s.cycles, 90)),
+			VsRef:      math.NaN(),
+			Errors:     s.errors,
+			Notes:      s.notes,
+		}
+		if refBlocks != nil {
+			f.VsRef = blockRatio(blockMedians(r.Blocks), refBlocks)
+		}
+		out[r.Library] = f
+	}
+	return out
+}
+
+// blockMedians returns the median cycle of each block, NaN for a block
+// without cycles.
+func blockMedians(blocks [][]int64) []float64 {
+	out := make([]float64, len(blocks))
+	for i, blk := range blocks {
+		sorted := append([]int64(nil), blk...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+		out[i] = percentile(sorted, 50)
+	}
+	return out
+}
+
+// blockRatio returns the median over blocks of lib[i] / ref[i], leaving
+// out blocks where either has no cycles; NaN if none is left.
+func blockRatio(lib, ref []float64) float64 {
+	var ratios []float64
+	for i := 0; i < min(len(lib), len(ref)); i++ {
+		if ref[i] > 0 {
+			ratios = append(ratios, lib[i]/ref[i])
+		}
+	}
+	return median(ratios)
+}
