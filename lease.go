@@ -177,6 +177,15 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // owner's.
 var errNotHeld = errors.New("lock not held")
 
+// certain reports whether the Lock holds the lock for sure, by the local
+// clock: it was granted or refreshed for a TTL that has not nearly run out
+// (the heartbeat's rule), and nothing found it lost.
+func (k *Lock) certain() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err == nil && time.Since(k.base) < k.ttl-k.ttl/lossMargin
+}
+
 // settle waits until Redis has confirmed the handing over of the lock to
 // this Lock, if it was handed over before (see transfer), and returns
 // the error of a Lock that did not get it. Commands for the lock sent
@@ -246,10 +255,13 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	// The next waiter of this Locker may get the lock now, before the
 	// release's answer: see transfer.
-	tr := k.locker.handOver(k.resource)
+	var tr *transfer
+	if ctx.Err() == nil {
+		tr = k.locker.handOver(k)
+	}
 	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
 	if tr != nil {
-		tr.complete(owner, token, err)
+		k.locker.complete(tr, owner, token, err)
 	}
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)

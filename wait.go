@@ -98,7 +98,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	w := &waiter{lock: lock, wake: make(chan struct{}, 1)}
+	w := &waiter{lock: lock, ms: ms, wake: make(chan struct{}, 1)}
 	q, head := l.join(w)
 	if !head {
 		select {
@@ -123,6 +123,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 // waiter is a goroutine in Acquire.
 type waiter struct {
 	lock     *Lock
+	ms       int64         // the TTL it asked for, in milliseconds
 	wake     chan struct{} // a nudge: first in the local queue now, or look again
 	granted  Token         // nonzero once a release handed it the lock with this token
 	transfer *transfer     // the handing over of granted, when not yet confirmed
@@ -226,11 +227,11 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		// at least until refused+ttl. One that came too late to be sure
 		// the lock is still there is checked by the attempt below: its
 		// script returns the grant, renewed, if it is still this waiter's.
-		if t, tr := l.takeGrant(w); tr != nil {
-			// handOver set the token.
-			w.lock.transfer = tr
+		fresh := time.Since(refused) < ttl-ttl/lossMargin
+		if t, tr := l.takeGrant(w); tr != nil && fresh {
+			l.take(tr)
 			return refused, nil
-		} else if t != 0 && time.Since(refused) < ttl-ttl/lossMargin {
+		} else if t != 0 && tr == nil && fresh {
 			w.lock.token = t
 			return refused, nil
 		}
@@ -344,24 +345,35 @@ func (l *Locker) refused(w *waiter, r refusal) {
 
 // transfer is a lock handed by its holder to the next waiter of the same
 // Locker before Redis confirmed it: the waiter holds the lock from the
-// moment it is handed over, with the token reserved for it, while the
-// release that grants it in Redis is on its way. done is closed once the
-// release has answered; if it did not grant the lock to the waiter, the
-// waiter's Lock ends as lost first.
+// moment it takes it, with the token reserved for it, while the release
+// that grants it in Redis is on its way. The holder hands over only while
+// its own lease is certain (see handOver), so the release finds it holding
+// the lock and grants it to that waiter, first in the queue. done is
+// closed once the release has answered; if it did not grant the lock to
+// the waiter, a waiter that took it ends as lost, and leaves the queue in
+// Redis, passing on a lock granted to it after all; one that had not
+// taken it goes on waiting.
 type transfer struct {
-	lock  *Lock // the waiter's
-	token Token // reserved for it
+	w     *waiter
+	token Token // reserved for w
+	taken bool  // guarded by the Locker's mu
 	done  chan struct{}
 }
 
-// handOver hands the lock on resource, which its holder is about to
-// release, to the first local waiter if the lock will go to it: it is
-// first in the Redis queue with a token reserved. It returns the transfer
+// handOver hands the lock on resource, which holder is about to release,
+// to the first local waiter if the release will grant it to that waiter:
+// the waiter is first in the Redis queue with a token reserved, and
+// holder's lease is certain (it was granted or refreshed for a TTL that
+// has not nearly run out, by the local clock; a holder that does not know
+// whether it holds the lock hands nothing over). It returns the transfer
 // to complete with the release's answer, or nil.
-func (l *Locker) handOver(resource string) *transfer {
+func (l *Locker) handOver(holder *Lock) *transfer {
+	if !holder.certain() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := l.queues[resource]
+	q := l.queues[holder.resource]
 	if q == nil || len(q.waiters) == 0 {
 		return nil
 	}
@@ -369,25 +381,44 @@ func (l *Locker) handOver(resource string) *transfer {
 	if w.reserved == 0 || w.granted != 0 {
 		return nil
 	}
-	tr := &transfer{lock: w.lock, token: w.reserved, done: make(chan struct{})}
+	tr := &transfer{w: w, token: w.reserved, done: make(chan struct{})}
 	w.granted, w.transfer = w.reserved, tr
-	// Set here, before the waiter wakes, as complete may need it.
-	w.lock.token = w.reserved
 	q.transfer = tr
 	w.nudge()
 	return tr
 }
 
-// complete ends the transfer with the answer of the release: the owner
-// and token of the waiter it handed the lock to, or err.
-func (tr *transfer) complete(owner string, token Token, err error) {
-	if err == nil && (owner != tr.lock.owner.(string) || token != tr.token) {
+// take gives the waiter the lock handed over by tr.
+func (l *Locker) take(tr *transfer) {
+	l.mu.Lock()
+	tr.taken = true
+	tr.w.lock.token = tr.token
+	tr.w.lock.transfer = tr
+	l.mu.Unlock()
+}
+
+// complete ends tr with the answer of the release: the owner and token of
+// the waiter it handed the lock to, or err.
+func (l *Locker) complete(tr *transfer, owner string, token Token, err error) {
+	defer close(tr.done)
+	lock := tr.w.lock
+	if err == nil && owner == lock.owner.(string) && token == tr.token {
+		return
+	}
+	l.mu.Lock()
+	taken := tr.taken
+	if !taken && tr.w.transfer == tr {
+		tr.w.granted, tr.w.transfer = 0, nil
+	}
+	l.mu.Unlock()
+	if !taken {
+		return // the waiter goes on waiting: see contend
+	}
+	if err == nil {
 		err = errors.New("the lock went to another waiter, or to none")
 	}
-	if err != nil {
-		tr.lock.lost(fmt.Sprintf("the holder's release did not hand the lock over: %v", err))
-	}
-	close(tr.done)
+	lock.lost(fmt.Sprintf("the holder's release did not hand the lock over: %v", err))
+	_ = lock.giveUp(context.Background(), tr.w.ms, true, 0)
 }
 
 // awaitTransfer waits until the transfer of the lock to the waiter before

@@ -653,7 +653,69 @@ func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
 		assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
 		v, _ := ltGetKey(t, b, l.LockKey("stale"))
 		assert.Equal(t, "someone-else:1", v)
+		// The waiter left the Redis queue: the next release does not hand
+		// the lock to a Lock that has ended.
+		queue, deadlines := ltQueueKeys(l, "stale")
+		assert.False(t, ltExists(t, b, queue), "the ended waiter is still queued")
+		assert.False(t, ltExists(t, b, deadlines))
 		require.NoError(t, b.Client.Del(ctx, l.LockKey("stale")).Err())
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// A holder that is not sure it still holds the lock (its TTL ran out by
+// the local clock) hands nothing over: a late Release must not let the
+// next waiter write with a token Redis never granted while another owner
+// holds the lock.
+func TestLateReleaseHandsNothingOver(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l, other := ltLocker(b), ltLocker(b)
+		store := ltRedisStore(b)
+		const ttl = 100 * time.Millisecond
+		stale := ltTryAcquire(t, ctx, l, "late", ttl)
+		time.Sleep(ttl + 20*time.Millisecond)
+		b.FastForward(t, ttl+20*time.Millisecond) // miniredis expires keys only when told
+		owner := ltTryAcquire(t, ctx, other, "late", ltLongTTL)
+		require.NoError(t, store.Put(ctx, "late", owner.Token(), []byte("owner")))
+		done := ltWaitFor(ctx, l, "late", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool {
+			return ltQueued(t, b, l, "late") == 1 && ltSubscribers(t, b, l, "late") == 1
+		}, "the waiter to queue")
+		time.Sleep(20 * time.Millisecond)
+
+		assert.ErrorIs(t, stale.Release(ctx), fencedlock.ErrLockLost)
+		ltRequireStillWaiting(t, done)
+		require.NoError(t, store.Put(ctx, "late", owner.Token(), []byte("owner again")), "the owner's write was refused")
+		require.NoError(t, owner.Release(ctx))
+		lock := ltAwait(t, done)
+		assert.Greater(t, lock.Token(), owner.Token())
+		require.NoError(t, lock.Release(ctx))
+		ltNoGoroutinesLeft(t)
+	})
+}
+
+// A Release whose context is done hands nothing over and changes
+// nothing; a later Release hands the lock on.
+func TestReleaseWithDoneContextHandsNothingOver(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		l := ltLocker(b)
+		holder := ltTryAcquire(t, ctx, l, "done-ctx", ltLongTTL)
+		done := ltWaitFor(ctx, l, "done-ctx", ltLongTTL, ltHourDelay)
+		ltEventually(t, func() bool {
+			return ltQueued(t, b, l, "done-ctx") == 1 && ltSubscribers(t, b, l, "done-ctx") == 1
+		}, "the waiter to queue")
+		time.Sleep(20 * time.Millisecond)
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		assert.ErrorIs(t, holder.Release(cancelled), context.Canceled)
+		ltRequireStillWaiting(t, done)
+		assert.Equal(t, int64(1), ltQueued(t, b, l, "done-ctx"))
+		require.NoError(t, holder.Release(ctx))
+		lock := ltAwait(t, done)
+		assert.Greater(t, lock.Token(), holder.Token())
+		require.NoError(t, lock.Release(ctx))
 		ltNoGoroutinesLeft(t)
 	})
 }
