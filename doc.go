@@ -74,9 +74,9 @@
 // with a fresh token, in the same script, and publishes the grant on the
 // resource's channel (sharded pub/sub on Redis 7 and later); the Locker's
 // one subscription wakes the waiter. The first waiter has a token
-// reserved, so a holder hands the lock to the next waiter of its own
-// Locker at once, before its release's reply; that Lock's commands wait
-// for Redis to confirm the grant. A waiter that gives up leaves the queue
+// reserved, so a holder whose lease is certain hands the lock to the next
+// waiter of its own Locker at once, before its release's reply; that
+// Lock's commands wait for Redis to confirm the grant. A waiter that gives up leaves the queue
 // and passes on a lock handed to it meanwhile. A waiter whose
 // process dies is skipped once its TTL has passed unrenewed. A fallback
 // timer, bounded by the holder's remaining TTL, covers a holder that

@@ -57,9 +57,10 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 // and publishes the grant on the resource's channel; the Locker's one
 // subscription (one per Redis Cluster hash slot in use) wakes the waiter.
 // The first waiter has a token reserved: a holder whose next waiter is in
-// its own Locker hands it the lock at once, before the release's reply
-// comes back, and the new Lock's commands wait until Redis has confirmed
-// the grant (the Lock ends as lost if Redis does not). A waiter that gives
+// its own Locker, and whose own lease is certain by the local clock, hands
+// it the lock at once, before the release's reply comes back, and the new
+// Lock's commands wait until Redis has confirmed the grant (the Lock ends
+// as lost if Redis does not). A waiter that gives
 // up leaves the queue, passing on a lock handed to it meanwhile. A waiter
 // whose process dies keeps its place until its TTL (at least 100ms) runs
 // out unrenewed: like a holder that crashes, it delays the others by at
