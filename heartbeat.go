@@ -40,6 +40,10 @@ func WithHeartbeat(interval time.Duration) AcquireOption {
 // expires, whatever the timer and scheduling delays.
 const lossMargin = 20
 
+// certainFor is how long a grant or refresh for ttl, measured from before
+// it was sent, is certain to hold the lock: all but 1/lossMargin of ttl.
+func certainFor(ttl time.Duration) time.Duration { return ttl - ttl/lossMargin }
+
 // heartbeatInterval checks the interval of WithHeartbeat against ttl.
 func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
 	switch {
@@ -90,7 +94,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		if every > ttl/2 {
 			every = ttl / 3
 		}
-		deadline := base.Add(ttl - ttl/lossMargin)
+		deadline := base.Add(certainFor(ttl))
 		next := base.Add(every)
 		if retry.After(base) {
 			next = retry

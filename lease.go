@@ -183,7 +183,7 @@ var errNotHeld = errors.New("lock not held")
 func (k *Lock) certain() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.err == nil && time.Since(k.base) < k.ttl-k.ttl/lossMargin
+	return k.err == nil && time.Since(k.base) < certainFor(k.ttl)
 }
 
 // settle waits until Redis has confirmed the handing over of the lock to

@@ -652,12 +652,7 @@ type ltAcquireResult struct {
 
 // ltAcquireAsync runs Acquire in a goroutine.
 func ltAcquireAsync(ctx context.Context, l *fencedlock.Locker, resource string) <-chan ltAcquireResult {
-	done := make(chan ltAcquireResult, 1)
-	go func() {
-		lock, err := l.Acquire(ctx, resource, ltLongTTL, fencedlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
-		done <- ltAcquireResult{lock, err, time.Now()}
-	}()
-	return done
+	return ltWaitFor(ctx, l, resource, ltLongTTL, fencedlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
 }
 
 // ltRequireStillWaiting checks that an Acquire has not returned.

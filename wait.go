@@ -228,7 +228,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		// at least until refused+ttl. One that came too late to be sure
 		// the lock is still there is checked by the attempt below: its
 		// script returns the grant, renewed, if it is still this waiter's.
-		fresh := time.Since(refused) < ttl-ttl/lossMargin
+		fresh := time.Since(refused) < certainFor(ttl)
 		if t, tr := l.takeGrant(w); tr != nil && fresh {
 			l.take(tr)
 			return refused, nil
@@ -322,20 +322,24 @@ func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, qu
 
 // takeGrant returns the token of the grant a release handed w, or 0, and
 // forgets it, with the transfer that hands it over if it is not confirmed
-// yet. A grant at or below w's floor was made before w's last refused
-// attempt ran, and has ended since: its message came late. The token
-// reserved for w is the one exception: it is granted to w alone, after
-// the reservation.
+// yet. A late grant (see waiter.late) is not returned: its message came
+// after the grant had ended.
 func (l *Locker) takeGrant(w *waiter) (Token, *transfer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, tr := w.granted, w.transfer
 	w.granted, w.transfer = 0, nil
-	if t <= w.floor && t != w.reserved {
+	if w.late(t) {
 		return 0, nil
 	}
 	return t, tr
 }
+
+// late reports whether a grant with token t was made before w's last
+// refused attempt ran (t is at or below its floor), so has ended since.
+// The token reserved for w is the exception: it is granted to w alone,
+// after the reservation. The Locker's mu is held.
+func (w *waiter) late(t Token) bool { return t <= w.floor && t != w.reserved }
 
 // refused records what w's last refused attempt learned.
 func (l *Locker) refused(w *waiter, r refusal) {
@@ -451,7 +455,7 @@ func (l *Locker) handedOn(resource, owner string, token Token) {
 		return
 	}
 	w := q.waiters[0]
-	if w.granted != 0 || w.lock.owner.(string) != owner || (token <= w.floor && token != w.reserved) {
+	if w.granted != 0 || w.lock.owner.(string) != owner || w.late(token) {
 		return
 	}
 	w.granted = token

@@ -64,6 +64,17 @@ func ltEventually(t *testing.T, cond func() bool, what string) {
 	}
 }
 
+// ltAwaitQueued waits until the one waiter for resource is queued in
+// Redis and its Locker subscribed, then a little longer for the attempt
+// the waiter makes once the subscription is confirmed.
+func ltAwaitQueued(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) {
+	t.Helper()
+	ltEventually(t, func() bool {
+		return ltQueued(t, b, l, resource) == 1 && ltSubscribers(t, b, l, resource) == 1
+	}, "the waiter for "+resource+" to queue and subscribe")
+	time.Sleep(20 * time.Millisecond)
+}
+
 // ltWaitFor starts Acquire in a goroutine with opts and returns the
 // channel of its result.
 func ltWaitFor(ctx context.Context, l *fencedlock.Locker, resource string, ttl time.Duration, opts ...fencedlock.AcquireOption) <-chan ltAcquireResult {
@@ -331,10 +342,7 @@ func TestWaiterFindsGrantPublishedWhileDisconnected(t *testing.T) {
 		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
 		holder := ltTryAcquire(t, ctx, ltLocker(b), "reconnect", ltLongTTL)
 		done := ltWaitFor(ctx, l, "reconnect", ltLongTTL, ltHourDelay)
-		ltEventually(t, func() bool {
-			return ltQueued(t, b, l, "reconnect") == 1 && ltSubscribers(t, b, l, "reconnect") == 1
-		}, "the waiter to queue and subscribe")
-		time.Sleep(20 * time.Millisecond)
+		ltAwaitQueued(t, b, l, "reconnect")
 		p.Pause()
 		p.CloseAll()
 		require.NoError(t, holder.Release(ctx))
@@ -600,10 +608,7 @@ func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
 		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
 		holder := ltTryAcquire(t, ctx, l, "local", ltLongTTL)
 		done := ltWaitFor(ctx, l, "local", ltLongTTL, ltHourDelay)
-		ltEventually(t, func() bool {
-			return ltQueued(t, b, l, "local") == 1 && ltSubscribers(t, b, l, "local") == 1
-		}, "the waiter to queue")
-		time.Sleep(20 * time.Millisecond)
+		ltAwaitQueued(t, b, l, "local")
 
 		const delay = 300 * time.Millisecond
 		p.Delay(delay)
@@ -636,10 +641,7 @@ func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
 		l := ltLocker(b)
 		holder := ltTryAcquire(t, ctx, l, "stale", ltLongTTL)
 		done := ltWaitFor(ctx, l, "stale", ltLongTTL, ltHourDelay)
-		ltEventually(t, func() bool {
-			return ltQueued(t, b, l, "stale") == 1 && ltSubscribers(t, b, l, "stale") == 1
-		}, "the waiter to queue")
-		time.Sleep(20 * time.Millisecond)
+		ltAwaitQueued(t, b, l, "stale")
 		// The holder's lock is gone, and someone else holds the key.
 		require.NoError(t, b.Client.Set(ctx, l.LockKey("stale"), "someone-else:1", time.Minute).Err())
 		assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
@@ -679,10 +681,7 @@ func TestLateReleaseHandsNothingOver(t *testing.T) {
 		owner := ltTryAcquire(t, ctx, other, "late", ltLongTTL)
 		require.NoError(t, store.Put(ctx, "late", owner.Token(), []byte("owner")))
 		done := ltWaitFor(ctx, l, "late", ltLongTTL, ltHourDelay)
-		ltEventually(t, func() bool {
-			return ltQueued(t, b, l, "late") == 1 && ltSubscribers(t, b, l, "late") == 1
-		}, "the waiter to queue")
-		time.Sleep(20 * time.Millisecond)
+		ltAwaitQueued(t, b, l, "late")
 
 		assert.ErrorIs(t, stale.Release(ctx), fencedlock.ErrLockLost)
 		ltRequireStillWaiting(t, done)
@@ -703,10 +702,7 @@ func TestReleaseWithDoneContextHandsNothingOver(t *testing.T) {
 		l := ltLocker(b)
 		holder := ltTryAcquire(t, ctx, l, "done-ctx", ltLongTTL)
 		done := ltWaitFor(ctx, l, "done-ctx", ltLongTTL, ltHourDelay)
-		ltEventually(t, func() bool {
-			return ltQueued(t, b, l, "done-ctx") == 1 && ltSubscribers(t, b, l, "done-ctx") == 1
-		}, "the waiter to queue")
-		time.Sleep(20 * time.Millisecond)
+		ltAwaitQueued(t, b, l, "done-ctx")
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 		assert.ErrorIs(t, holder.Release(cancelled), context.Canceled)
