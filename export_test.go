@@ -13,3 +13,15 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 
 // HashSlot is hashSlot, for comparing with CLUSTER KEYSLOT.
 var HashSlot = hashSlot
+
+// Reserved returns the token reserved for the first of l's waiters for
+// resource, as its last refused attempt reported it; 0 when there is
+// none.
+func (l *Locker) Reserved(resource string) Token {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.queues[resource]; q != nil && len(q.waiters) > 0 {
+		return q.waiters[0].reserved
+	}
+	return 0
+}

@@ -65,13 +65,14 @@ func ltEventually(t *testing.T, cond func() bool, what string) {
 }
 
 // ltAwaitQueued waits until the one waiter for resource is queued in
-// Redis and its Locker subscribed, then a little longer for the attempt
-// the waiter makes once the subscription is confirmed.
+// Redis, its Locker subscribed, and the waiter has heard of the token
+// reserved for it (a holder hands over only then), then a little longer
+// for the attempt the waiter makes once the subscription is confirmed.
 func ltAwaitQueued(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) {
 	t.Helper()
 	ltEventually(t, func() bool {
-		return ltQueued(t, b, l, resource) == 1 && ltSubscribers(t, b, l, resource) == 1
-	}, "the waiter for "+resource+" to queue and subscribe")
+		return ltQueued(t, b, l, resource) == 1 && ltSubscribers(t, b, l, resource) == 1 && l.Reserved(resource) != 0
+	}, "the waiter for "+resource+" to queue, subscribe and hear of its reservation")
 	time.Sleep(20 * time.Millisecond)
 }
 
@@ -638,14 +639,24 @@ func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
 func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
-		l := ltLocker(b)
+		p := redistest.NewProxy(t, b.Client.Options().Addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
+		t.Cleanup(func() { c.Close() })
+		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
 		holder := ltTryAcquire(t, ctx, l, "stale", ltLongTTL)
 		done := ltWaitFor(ctx, l, "stale", ltLongTTL, ltHourDelay)
 		ltAwaitQueued(t, b, l, "stale")
 		// The holder's lock is gone, and someone else holds the key.
 		require.NoError(t, b.Client.Set(ctx, l.LockKey("stale"), "someone-else:1", time.Minute).Err())
-		assert.ErrorIs(t, holder.Release(ctx), fencedlock.ErrLockLost)
+		// The waiter takes the hand-over before the release's reply comes
+		// back. (A reply that came first would take the hand-over back,
+		// and the waiter would go on waiting.)
+		p.Delay(200 * time.Millisecond)
+		released := make(chan error, 1)
+		go func() { released <- holder.Release(ctx) }()
 		lock := ltAwait(t, done)
+		assert.ErrorIs(t, <-released, fencedlock.ErrLockLost)
+		p.Delay(0)
 		select {
 		case <-lock.Done():
 		case <-time.After(5 * time.Second):
