@@ -404,3 +404,55 @@ func ExampleMemoryStore() {
 	// v2 5 <nil>
 	// true
 }
+
+// A lock taken by another library gets fencing tokens from IssueToken.
+// Here the "other library" is a plain SET NX PX with a random value; see
+// examples/otherlocks for redsync and redislock.
+func ExampleLocker_IssueToken() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	locker := fencedlock.New(client)
+	store := fencedlock.NewRedisStore(client)
+
+	// Worker A takes the lock its own way and asks for a token.
+	if err := client.SetArgs(ctx, "locks:report", "a-7f3e", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
+		log.Fatal("A could not lock: ", err) // redis.Nil: someone holds it
+	}
+	tokenA, err := locker.IssueToken(ctx, "locks:report", "a-7f3e")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Put(ctx, "report", tokenA, []byte("draft by A")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A pauses; its lock expires, and B takes it.
+	mr.FastForward(31 * time.Second)
+	if err := client.SetArgs(ctx, "locks:report", "b-91c0", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
+		log.Fatal("B could not lock: ", err) // redis.Nil: someone holds it
+	}
+	tokenB, err := locker.IssueToken(ctx, "locks:report", "b-91c0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Put(ctx, "report", tokenB, []byte("final by B")); err != nil {
+		log.Fatal(err)
+	}
+
+	// A wakes up. Its write is refused, and so is a new token.
+	err = store.Put(ctx, "report", tokenA, []byte("draft 2 by A"))
+	fmt.Println("A's write:", errors.Is(err, fencedlock.ErrStaleToken))
+	_, err = locker.IssueToken(ctx, "locks:report", "a-7f3e")
+	fmt.Println("A's token request:", errors.Is(err, fencedlock.ErrLockLost))
+	fmt.Println("B's token is higher:", tokenB > tokenA)
+	// Output:
+	// A's write: true
+	// A's token request: true
+	// B's token is higher: true
+}

@@ -14,6 +14,11 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 // HashSlot is hashSlot, for comparing with CLUSTER KEYSLOT.
 var HashSlot = hashSlot
 
+// IssuedRecordKey returns the key of IssueToken's grant record.
+func (l *Locker) IssuedRecordKey(lockKey string) string {
+	return keyFor(l.prefix, slotTag(lockKey), "issued:") + lockKey
+}
+
 // Reserved returns the token reserved for the first of l's waiters for
 // resource, as its last refused attempt reported it; 0 when there is
 // none.

@@ -143,6 +143,14 @@ func ttlMillis(ttl time.Duration) (int64, error) {
 }
 
 func (l *Locker) check(resource string) error {
+	if err := l.ready(); err != nil {
+		return err
+	}
+	return checkResource(l.prefix, resource)
+}
+
+// ready reports why l cannot contact Redis, or nil when it can.
+func (l *Locker) ready() error {
 	if l == nil {
 		return invalidArg("nil Locker")
 	}
@@ -152,7 +160,7 @@ func (l *Locker) check(resource string) error {
 	if l.client == nil {
 		return invalidArg("Locker has no redis client: make it with New")
 	}
-	return checkResource(l.prefix, resource)
+	return nil
 }
 
 // newLock returns an ungranted Lock on resource with a fresh random
@@ -334,12 +342,17 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 	if err := l.check(resource); err != nil {
 		return err
 	}
+	return l.advance(ctx, "resource", resource, l.TokenKey(resource), floor)
+}
+
+// advance raises the token counter at key above floor. what and name say
+// whose counter it is, for errors.
+func (l *Locker) advance(ctx context.Context, what, name, key string, floor Token) error {
 	if floor == 0 || floor > maxFloor {
-		return fmt.Errorf("%w: floor %d is outside 1..%d", ErrInvalidToken, floor, uint64(maxFloor))
+		return fmt.Errorf("%w: floor %d for %s %q is outside 1..%d", ErrInvalidToken, floor, what, name, uint64(maxFloor))
 	}
-	err := advanceScript.Run(ctx, l.client, []string{l.TokenKey(resource)}, floor.String()).Err()
-	if err != nil {
-		return scriptErr("advance", resource, err, l.TokenKey(resource))
+	if err := advanceScript.Run(ctx, l.client, []string{key}, floor.String()).Err(); err != nil {
+		return scriptErr("advance", name, err, key)
 	}
 	return nil
 }

@@ -248,15 +248,25 @@ func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 
 // hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of
 // its hash tag, or of the whole key when it has none, modulo 16384.
-func hashSlot(key string) uint16 {
+func hashSlot(key string) uint16 { return crc16Slot(hashedPart(key)) }
+
+// hashedPart returns the part of key that Redis Cluster hashes: the text
+// between the first "{" and the next "}" when it is not empty, else the
+// whole key.
+func hashedPart(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
+			return key[i+1 : i+1+j]
 		}
 	}
+	return key
+}
+
+// crc16Slot returns CRC16 (XMODEM) of s modulo 16384.
+func crc16Slot(s string) uint16 {
 	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
 		for b := 0; b < 8; b++ {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021

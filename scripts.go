@@ -28,6 +28,8 @@ var (
 	pttlLua string
 	//go:embed lua/put.lua
 	putLua string
+	//go:embed lua/issue.lua
+	issueLua string
 )
 
 // The scripts run with EVALSHA, falling back to EVAL once per server when
@@ -39,6 +41,7 @@ var (
 	refreshScript = redis.NewScript(ownerLua + refreshLua)
 	pttlScript    = redis.NewScript(ownerLua + pttlLua)
 	putScript     = redis.NewScript(putLua)
+	issueScript   = redis.NewScript(counterLua + issueLua)
 )
 
 // corruptTag starts the error replies of scripts that found a key holding
