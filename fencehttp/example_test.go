@@ -1,0 +1,136 @@
+package fencehttp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencehttp"
+)
+
+// A service fences the writes of remote clients; a client whose lock
+// expired gets 409 Conflict and, from CheckResponse, the same
+// *StaleTokenError the store returned on the server.
+func Example() {
+	// The server: PUT /queue stores the body with the request's token.
+	store := fencedlock.NewMemoryStore()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
+		if err == nil {
+			var body []byte
+			if body, err = io.ReadAll(r.Body); err == nil {
+				err = store.Put(r.Context(), "order-queue", token, body)
+			}
+		}
+		if err != nil {
+			fencehttp.WriteError(w, err) // stale: 409 with both tokens
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	// The client: every write carries the lock's token.
+	put := func(token fencedlock.Token, value string) error {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/queue", strings.NewReader(value))
+		if err != nil {
+			return err
+		}
+		fencehttp.SetToken(req, token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		return fencehttp.CheckResponse(resp)
+	}
+
+	// B, with token 42, writes first; A, whose lock with token 41 expired
+	// while it was paused, writes after it.
+	fmt.Println("B writes with token 42:", put(42, "[1001,1003]"))
+	err := put(41, "[1001,1002]")
+	fmt.Println("A writes with token 41:", err)
+	fmt.Println("stale:", errors.Is(err, fencedlock.ErrStaleToken))
+	var stale *fencedlock.StaleTokenError
+	if errors.As(err, &stale) {
+		fmt.Printf("resource %q, rejected %v, current %v\n", stale.Resource, stale.Token, stale.Current)
+	}
+
+	value, token, err := store.Get(context.Background(), "order-queue")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("the store holds %s, written with token %v\n", value, token)
+	// Output:
+	// B writes with token 42: <nil>
+	// A writes with token 41: fencedlock: stale fencing token 41 for resource "order-queue": store holds 42
+	// stale: true
+	// resource "order-queue", rejected 41, current 42
+	// the store holds [1001,1003], written with token 42
+}
+
+// A request without a Fencing-Token header is refused with 400 Bad
+// Request; the client sees an error matching fencedlock.ErrInvalidToken.
+func ExampleTokenFrom() {
+	req := httptest.NewRequest(http.MethodPut, "/queue", nil)
+	_, err := fencehttp.TokenFrom(req)
+	fmt.Println(err)
+
+	rec := httptest.NewRecorder()
+	fencehttp.WriteError(rec, err)
+	resp := rec.Result()
+	defer resp.Body.Close()
+	fmt.Println(resp.StatusCode, resp.Header.Get("Content-Type"))
+
+	err = fencehttp.CheckResponse(resp)
+	fmt.Println("invalid token:", errors.Is(err, fencedlock.ErrInvalidToken))
+	// Output:
+	// fencehttp: Fencing-Token header: fencedlock: invalid token: missing
+	// 400 application/problem+json
+	// invalid token: true
+}
+
+// SetToken writes the token in decimal; the zero Token removes the header.
+func ExampleSetToken() {
+	req := httptest.NewRequest(http.MethodPut, "/queue", nil)
+	fencehttp.SetToken(req, 18446744073709551615) // 2^64-1
+	fmt.Printf("%s: %s\n", fencehttp.Header, req.Header.Get(fencehttp.Header))
+
+	token, err := fencehttp.TokenFrom(req)
+	fmt.Println(token, err)
+
+	fencehttp.SetToken(req, 0)
+	fmt.Println(len(req.Header.Values(fencehttp.Header)), "values")
+	// Output:
+	// Fencing-Token: 18446744073709551615
+	// 18446744073709551615 <nil>
+	// 0 values
+}
+
+// What is not a stale-token problem of this package is no
+// *StaleTokenError: here a 409 from another handler, in plain text.
+func ExampleCheckResponse() {
+	resp := &http.Response{
+		StatusCode: http.StatusConflict,
+		Header:     http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:       io.NopCloser(bytes.NewReader([]byte("username already taken\n"))),
+	}
+	err := fencehttp.CheckResponse(resp)
+	fmt.Println(err)
+	fmt.Println("stale:", errors.Is(err, fencedlock.ErrStaleToken))
+	var statusErr *fencehttp.StatusError
+	if errors.As(err, &statusErr) {
+		fmt.Println("status:", statusErr.StatusCode)
+	}
+	// Output:
+	// fencehttp: response status 409 Conflict: body "username already taken\n" (Content-Type "text/plain; charset=utf-8")
+	// stale: false
+	// status: 409
+}
