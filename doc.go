@@ -127,6 +127,15 @@
 // with [ErrInvalidArgument], because its keys would have an empty hash
 // tag and be spread over slots.
 //
+// # Locks of other libraries
+//
+// A lock that another library holds (redsync, redislock, a plain SET NX
+// PX) gets its tokens from [Locker.IssueToken], which checks that the
+// lock key still holds the grant's value and issues the grant's token in
+// one script: the same token when the same grant asks again, a higher one
+// for each new grant. Its counter and grant record sit in the lock key's
+// hash slot, under the lock key's own hash tag when it has one.
+//
 // # Writing a Store
 //
 // A store of your own (a SQL row, a document, a file) calls [CheckToken]

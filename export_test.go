@@ -16,7 +16,7 @@ var HashSlot = hashSlot
 
 // IssuedRecordKey returns the key of IssueToken's grant record.
 func (l *Locker) IssuedRecordKey(lockKey string) string {
-	return keyFor(l.prefix, slotTag(lockKey), "issued:") + lockKey
+	return issuedKey(l.prefix, "issued", slotTag(lockKey), lockKey)
 }
 
 // Reserved returns the token reserved for the first of l's waiters for

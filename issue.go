@@ -18,24 +18,39 @@ import (
 // The same grant asking again gets the same token. A new grant, which
 // sets another value, gets a token higher than every one issued for
 // lockKey before. Tokens come from a counter like the Locker's own, seeded
-// from the Redis clock, so a counter lost to a restart or a failover does
-// not issue old tokens again (see Advance and AdvanceIssued).
+// from the Redis clock, and the counter is never set below the last token
+// issued while the record of it is kept. So a lost counter does not issue
+// old tokens again; if the record is lost with it (a restart without
+// persistence, FLUSHALL), the new tokens are above the old ones unless
+// the Redis clock is behind the one that issued them: then stores refuse
+// the new writes, and AdvanceIssued raises the counter past the token
+// they report. A grant whose record alone is lost gets a new, higher
+// token when it asks again.
 //
-// A grant is known by its value: ownerValue must be unique per grant, as
-// the random values of github.com/go-redsync/redsync and
-// github.com/bsm/redislock are. A library that sets the same value again
-// for a new grant gets the old grant's token for it.
+// A grant is known by its value, so ownerValue must be unique per grant,
+// or two grants share one token and a store accepts the writes of both.
+// The defaults of github.com/go-redsync/redsync (a random value) and
+// github.com/bsm/redislock (a random token) are; a fixed value is not:
+// redislock's Options.Token, or a redsync WithGenValueFunc that returns,
+// say, the host name.
 //
 // IssueToken keeps two keys per lockKey, without expiry, in lockKey's
 // Redis Cluster hash slot: the counter, IssuedTokenKey(lockKey), and the
-// record of the last grant and its token. A lockKey with a hash tag
+// record of the last grant's value and token. A lockKey with a hash tag
 // ("locks:{orders}") shares its tag with them. It changes nothing in
 // lockKey itself: not its value, not its TTL.
 //
+// Tokens of IssueToken for one lockKey are comparable with each other
+// only: fence one store resource with the tokens of one lock key, not
+// with those of another key or of the Locker's own grants too.
+//
 // With Redlock over several independent Redis servers (redsync with many
 // pools), IssueToken checks and counts on the one server behind the
-// Locker's client. It issues tokens to grants that hold lockKey there,
-// and refuses the others with ErrLockLost.
+// Locker's client, which must be one of those servers. It issues tokens
+// to grants that hold lockKey there, and returns ErrLockLost for a grant
+// that holds a majority without it: release and lock again. Writes then
+// depend on that one server being up, which gives up the availability
+// Redlock is used for.
 //
 // An empty lockKey or ownerValue, and a Locker whose prefix holds "{"
 // (its keys could not share lockKey's slot), return an error wrapping
@@ -69,12 +84,17 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 }
 
 // IssuedTokenKey returns the Redis key of the token counter that
-// IssueToken uses for lockKey: "<prefix>:{<tag>}:issued-token:<lockKey>",
-// where tag is lockKey's hash tag or, for a key without one, lockKey
-// itself. (For a key whose hashed part holds a "}", tag is a number
-// chosen to hash to the same slot.)
+// IssueToken uses for lockKey: "<prefix>:issued-token:{<tag>}:<lockKey>"
+// ("issued-token:{<tag>}:<lockKey>" with the empty prefix). tag is the
+// part of lockKey that Redis Cluster hashes: its hash tag, or the whole
+// key when it has none; when that part holds a "}", tag is instead the
+// smallest decimal number that hashes to the same slot. The names differ
+// from the keys of every resource, which begin "<prefix>:{".
+//
+// IssuedTokenKey names the key even for a Locker that IssueToken refuses
+// (a prefix holding "{").
 func (l *Locker) IssuedTokenKey(lockKey string) string {
-	return keyFor(l.prefix, slotTag(lockKey), "issued-token:") + lockKey
+	return issuedKey(l.prefix, "issued-token", slotTag(lockKey), lockKey)
 }
 
 // AdvanceIssued raises the counter of the tokens IssueToken issues for
@@ -102,7 +122,17 @@ func (l *Locker) issuedKeys(lockKey string) (counter, record string, err error) 
 		return "", "", invalidArg("prefix %q holds \"{\": the keys of IssueToken could not share the hash slot of lock key %q", l.prefix, lockKey)
 	}
 	tag := slotTag(lockKey)
-	return keyFor(l.prefix, tag, "issued-token:") + lockKey, keyFor(l.prefix, tag, "issued:") + lockKey, nil
+	return issuedKey(l.prefix, "issued-token", tag, lockKey), issuedKey(l.prefix, "issued", tag, lockKey), nil
+}
+
+// issuedKey returns "<prefix>:<kind>:{<tag>}:<lockKey>", without
+// "<prefix>:" for the empty prefix.
+func issuedKey(prefix, kind, tag, lockKey string) string {
+	k := kind + ":{" + tag + "}:" + lockKey
+	if prefix == "" {
+		return k
+	}
+	return prefix + ":" + k
 }
 
 // slotTag returns a non-empty hash tag, without "}", that puts a key in

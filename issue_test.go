@@ -138,6 +138,8 @@ func TestIssueTokenLockNotHeld(t *testing.T) {
 
 // The same grant keeps its token when its counter is lost, and the
 // counter is raised to it, so the next grant does not get it again.
+// (TestIssueTokenNewGrantAfterCounterLost: nor when the next grant asks
+// first.)
 func TestIssueTokenCounterLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		e := newIssueEnv(t, b, "lost")
@@ -158,6 +160,59 @@ func TestIssueTokenCounterLost(t *testing.T) {
 		e.grant(t, "g2")
 		assert.Equal(t, t1+1, e.issue(t, "g2"))
 	})
+}
+
+// A new grant asking first after the counter was lost gets a token above
+// the last one issued, though the clock the counter is seeded from is
+// below it.
+func TestIssueTokenNewGrantAfterCounterLost(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := newIssueEnv(t, b, "lost-new")
+		require.NoError(t, e.locker.AdvanceIssued(e.ctx, e.lockKey, 1<<52))
+		e.grant(t, "g1")
+		t1 := e.issue(t, "g1")
+		require.Equal(t, fencedlock.Token(1<<52+1), t1)
+		require.NoError(t, b.Client.Del(e.ctx, e.locker.IssuedTokenKey(e.lockKey)).Err())
+		e.grant(t, "g2")
+		assert.Equal(t, t1+1, e.issue(t, "g2"))
+	})
+}
+
+// Record tokens are compared as numbers, not as strings: "95" is below
+// 2^63-1 though it sorts above it.
+func TestIssueTokenShortRecordToken(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := newIssueEnv(t, b, "short")
+		e.grant(t, "mine")
+		require.NoError(t, b.Client.HSet(e.ctx, e.locker.IssuedRecordKey(e.lockKey), "v", "mine", "t", "95").Err())
+		assert.Equal(t, fencedlock.Token(95), e.issue(t, "mine"))
+		c, err := b.Client.Get(e.ctx, e.locker.IssuedTokenKey(e.lockKey)).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "95", c)
+	})
+}
+
+// The key names are kept in Redis across versions of the library: a
+// change of them loses every counter. They also never equal a key of a
+// resource, which begins "<prefix>:{".
+func TestIssuedKeyNames(t *testing.T) {
+	for _, c := range []struct{ prefix, lockKey, counter, record string }{
+		{"fencedlock", "plain", "fencedlock:issued-token:{plain}:plain", "fencedlock:issued:{plain}:plain"},
+		{"fencedlock", "locks:{orders}", "fencedlock:issued-token:{orders}:locks:{orders}", "fencedlock:issued:{orders}:locks:{orders}"},
+		{"fencedlock", "a{b", "fencedlock:issued-token:{a{b}:a{b", "fencedlock:issued:{a{b}:a{b"},
+		{"fencedlock", "a}b", "fencedlock:issued-token:{20658}:a}b", "fencedlock:issued:{20658}:a}b"},
+		{"fencedlock", "{}x", "fencedlock:issued-token:{19354}:{}x", "fencedlock:issued:{19354}:{}x"},
+		{"", "plain", "issued-token:{plain}:plain", "issued:{plain}:plain"},
+	} {
+		l := fencedlock.New(nil, fencedlock.WithPrefix(c.prefix))
+		assert.Equal(t, c.counter, l.IssuedTokenKey(c.lockKey))
+		assert.Equal(t, c.record, l.IssuedRecordKey(c.lockKey))
+		assert.Equal(t, fencedlock.HashSlot(c.lockKey), fencedlock.HashSlot(c.counter), c.lockKey)
+	}
+	// A resource whose keys looked like IssueToken's under the earlier
+	// layout "<prefix>:{<tag>}:issued-token:<lockKey>".
+	l := fencedlock.New(nil)
+	assert.NotEqual(t, l.TokenKey("a}:issued-token:{a}"), l.IssuedTokenKey("{a}}:token"))
 }
 
 // After the counter and record are lost together (a restart without
@@ -237,6 +292,11 @@ func TestIssueTokenCorrupt(t *testing.T) {
 			{name: "record_token_not_a_number", record: []any{"v", "mine", "t", "x1"}},
 			{name: "record_token_zero", record: []any{"v", "mine", "t", "0"}},
 			{name: "record_token_at_max", record: []any{"v", "mine", "t", "9223372036854775807"}},
+			{name: "record_without_token", record: []any{"v", "mine"}},
+			{name: "record_without_value", record: []any{"t", "95"}},
+			{name: "record_of_another_grant_token_not_a_number", record: []any{"v", "other", "t", "x1"}},
+			{name: "same_grant_counter_not_a_number", counter: "abc", record: []any{"v", "mine", "t", "95"}},
+			{name: "new_grant_counter_not_a_number", counter: "abc", record: []any{"v", "other", "t", "95"}},
 		} {
 			c := c
 			t.Run(c.name, func(t *testing.T) {
@@ -244,14 +304,16 @@ func TestIssueTokenCorrupt(t *testing.T) {
 				e.grant(t, "mine")
 				counter := e.locker.IssuedTokenKey(e.lockKey)
 				record := e.locker.IssuedRecordKey(e.lockKey)
-				switch {
-				case c.counter != nil:
+				if c.counter != nil {
 					require.NoError(t, b.Client.Set(e.ctx, counter, c.counter, 0).Err())
-				case c.record != nil:
+				}
+				if c.record != nil {
 					require.NoError(t, b.Client.HSet(e.ctx, record, c.record...).Err())
-				case c.list == "counter":
+				}
+				switch c.list {
+				case "counter":
 					require.NoError(t, b.Client.RPush(e.ctx, counter, "1").Err())
-				case c.list == "record":
+				case "record":
 					require.NoError(t, b.Client.RPush(e.ctx, record, "1").Err())
 				}
 				before := dumpKeys(t, b)
@@ -347,17 +409,19 @@ func TestIssueTokenConcurrent(t *testing.T) {
 			value := fmt.Sprintf("grant-%d", g)
 			e.grant(t, value)
 			tokens := make([]fencedlock.Token, 8)
+			errs := make([]error, len(tokens))
 			var wg sync.WaitGroup
 			for i := range tokens {
 				i := i
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					tokens[i], _ = e.locker.IssueToken(e.ctx, e.lockKey, value)
+					tokens[i], errs[i] = e.locker.IssueToken(e.ctx, e.lockKey, value)
 				}()
 			}
 			wg.Wait()
-			for _, tok := range tokens {
+			for i, tok := range tokens {
+				require.NoError(t, errs[i])
 				assert.Equal(t, tokens[0], tok, "grant %d", g)
 			}
 			assert.Greater(t, tokens[0], last)
@@ -380,8 +444,8 @@ func TestIssueTokenClusterSlots(t *testing.T) {
 		counter, record := locker.IssuedTokenKey(key), locker.IssuedRecordKey(key)
 		assert.Equal(t, fencedlock.HashSlot(key), fencedlock.HashSlot(counter), "key %q, counter %q", key, counter)
 		assert.Equal(t, fencedlock.HashSlot(key), fencedlock.HashSlot(record), "key %q, record %q", key, record)
-		assert.True(t, strings.HasSuffix(counter, ":issued-token:"+key), counter)
-		assert.True(t, strings.HasSuffix(record, ":issued:"+key), record)
+		assert.True(t, strings.HasSuffix(counter, "}:"+key), counter)
+		assert.True(t, strings.HasSuffix(record, "}:"+key), record)
 	}
 
 	srv := redistest.StartCluster(t)

@@ -14,22 +14,27 @@ if type(held) ~= 'string' or held ~= ARGV[1] then
 end
 
 local rec = redis.call('HMGET', KEYS[3], 'v', 't')
-if rec[1] == ARGV[1] then
-  local t = digits(rec[2])
-  if not t or t == '0' or not less(t, '9223372036854775807') then
+local last
+if rec[1] or rec[2] then
+  last = digits(rec[2])
+  if not rec[1] or not last or last == '0' or not less(last, '9223372036854775807') then
     return redis.error_reply('FENCEDLOCK_CORRUPT grant record ' .. KEYS[3] ..
-      ' holds a token that is not a decimal integer from 1 to 2^63-2')
+      ' does not hold a value and a token from 1 to 2^63-2')
   end
-  -- The same grant asks again: the same token. A counter lost since (or
-  -- deleted by hand) is raised to it, so no later grant gets it again.
+  -- The counter is never below the last token issued: a counter lost
+  -- since (evicted, deleted by hand) would otherwise issue it, or lower
+  -- ones, again.
   local c = read_counter(KEYS[2])
   if type(c) == 'table' then
     return c
   end
-  if not c or less(c, t) then
-    redis.call('SET', KEYS[2], t)
+  if not c or less(c, last) then
+    redis.call('SET', KEYS[2], last)
   end
-  return {1, t}
+  if rec[1] == ARGV[1] then
+    -- the same grant asks again: the same token
+    return {1, last}
+  end
 end
 
 local t = next_token()

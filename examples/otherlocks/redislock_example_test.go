@@ -16,7 +16,9 @@ import (
 
 // A bsm/redislock lock fenced with IssueToken. redislock stores its
 // random token followed by the lock's metadata as the key's value, so
-// the grant's value is Token() + Metadata().
+// the grant's value is Token() + Metadata(). Leave Options.Token unset:
+// a token used again by a later grant would get that grant the same
+// fencing token.
 func Example_redislock() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {

@@ -16,7 +16,9 @@ import (
 )
 
 // A redsync mutex fenced with IssueToken: the mutex's name is the lock
-// key and its random value identifies the grant.
+// key and its random value identifies the grant. (A WithGenValueFunc that
+// returns the same value for later grants would get them the same
+// fencing token.)
 func Example_redsync() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
