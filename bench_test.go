@@ -107,3 +107,39 @@ func BenchmarkBaselineSetNXDel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkIssueToken measures IssueToken, one round trip, for a lock of
+// another library. same_grant asks again for a grant that has its token;
+// new_grant sets a new value on the lock key (a SET, timed too, standing
+// for the other library's grant) and asks for its token.
+func BenchmarkIssueToken(b *testing.B) {
+	be := redistest.Real(b)
+	ctx := context.Background()
+	locker := fencedlock.New(be.Client, fencedlock.WithPrefix(be.Prefix))
+	key := be.Prefix + ":otherlib:{bench}"
+	b.Run("same_grant", func(b *testing.B) {
+		if err := be.Client.Set(ctx, key, "grant", time.Minute).Err(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := locker.IssueToken(ctx, key, "grant"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("new_grant", func(b *testing.B) {
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			value := "grant-" + strconv.Itoa(i)
+			if err := be.Client.Set(ctx, key, value, time.Minute).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := locker.IssueToken(ctx, key, value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
