@@ -1,0 +1,239 @@
+package sqlstore_test
+
+import (
+	"database/sql"
+	"errors"
+	"math/rand"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// Sizes of TestTxConcurrent: a few hundred transactions, a second or two
+// under -race.
+const (
+	txGoroutines = 8
+	txCalls      = 25 // per goroutine
+	txSpread     = 12 // how far a token may be above the rising base
+)
+
+// txCall is one Tx of TestTxConcurrent. inv and resp are ticks of a
+// shared counter taken just before the call and just after it returned:
+// call a returned before call b began when a.resp < b.inv.
+type txCall struct {
+	id        int64
+	token     fencedlock.Token
+	inv, resp int64
+	ran       bool // fn was called
+	err       error
+}
+
+// Many goroutines run Tx on one resource with tokens that rise but are
+// shuffled, and fn writes a ledger row numbered inside the transaction.
+// The fence must make the transactions take effect in token order:
+//
+//   - the ledger, in the order of its numbers (the commit order: each
+//     transaction numbers its row under the lock that serializes them),
+//     never goes down in token, and has no gap or duplicate number;
+//   - every accepted call ran fn once and its row is there, and only
+//     accepted calls have rows;
+//   - every refused call got a *StaleTokenError with Current above Token,
+//     Current a token an accepted call committed, and did not run fn;
+//   - no call is accepted, and no refusal reports a Current, below the
+//     token of a call accepted before it began;
+//   - the fence ends at the highest accepted token.
+func TestTxConcurrent(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		ledger := b.name(t, "ledger")
+		b.exec(t, `CREATE TABLE `+ledger+` (resource TEXT NOT NULL, seq BIGINT NOT NULL, token BIGINT NOT NULL, call BIGINT NOT NULL, PRIMARY KEY (resource, seq))`)
+		const r = "concurrent"
+		nextSeq := b.sql(`SELECT COALESCE(MAX(seq), 0) + 1 FROM ` + ledger + ` WHERE resource = $1`)
+		insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call) VALUES ($1, $2, $3, $4)`)
+
+		seed := time.Now().UnixNano()
+		t.Logf("%d goroutines, %d Tx calls each, tokens drawn with seed %d", txGoroutines, txCalls, seed)
+		var (
+			base, tick atomic.Int64
+			wg         sync.WaitGroup
+			start      = make(chan struct{})
+			results    = make([][]txCall, txGoroutines)
+		)
+		for g := 0; g < txGoroutines; g++ {
+			g := g
+			rng := rand.New(rand.NewSource(seed + int64(g)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := 0; i < txCalls; i++ {
+					c := txCall{id: int64(g*txCalls + i + 1)}
+					c.token = fencedlock.Token(base.Add(1) + rng.Int63n(txSpread))
+					c.inv = tick.Add(1)
+					c.err = s.Tx(ctx, r, c.token, func(tx *sql.Tx) error {
+						c.ran = true
+						var seq int64
+						if err := tx.QueryRowContext(ctx, nextSeq, r).Scan(&seq); err != nil {
+							return err
+						}
+						// Now and then a pause between the read and the
+						// write, to widen the window a broken lock leaves.
+						if rng.Intn(4) == 0 {
+							time.Sleep(200 * time.Microsecond)
+						}
+						_, err := tx.ExecContext(ctx, insert, r, seq, int64(c.token), c.id)
+						return err
+					})
+					c.resp = tick.Add(1)
+					results[g] = append(results[g], c)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		var all []txCall
+		for _, rs := range results {
+			all = append(all, rs...)
+		}
+		checkTxCalls(t, b, all, ledger, r)
+		var max fencedlock.Token
+		for _, c := range all {
+			if c.err == nil && c.token > max {
+				max = c.token
+			}
+		}
+		if f, err := s.Fence(ctx, r); err != nil || f != max {
+			t.Errorf("Fence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
+		}
+	})
+}
+
+// checkTxCalls checks the calls of TestTxConcurrent and the ledger they
+// wrote.
+func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
+	t.Helper()
+	// Each check reports at most five violations, so that every check
+	// that fails shows.
+	reports := make(map[string]int)
+	report := func(check, format string, args ...any) {
+		t.Helper()
+		switch reports[check]++; reports[check] {
+		case 1, 2, 3, 4, 5:
+			t.Errorf(check+": "+format, args...)
+		case 6:
+			t.Errorf("%s: more violations follow; not reported", check)
+		}
+	}
+
+	accepted := make(map[int64]txCall)
+	committed := make(map[fencedlock.Token]bool)
+	var acceptedCalls, refused []txCall
+	for _, c := range all {
+		var se *fencedlock.StaleTokenError
+		switch {
+		case c.err == nil:
+			accepted[c.id] = c
+			acceptedCalls = append(acceptedCalls, c)
+			committed[c.token] = true
+			if !c.ran {
+				report("calls", "call %d (token %d) was accepted without running fn", c.id, c.token)
+			}
+		case errors.As(c.err, &se):
+			refused = append(refused, c)
+			if c.ran {
+				report("calls", "call %d (token %d) was refused (%v) after running fn", c.id, c.token, c.err)
+			}
+			if se.Resource != r || se.Token != c.token || se.Current <= c.token {
+				report("calls", "call %d (token %d): StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current above it}", c.id, c.token, se.Resource, se.Token, se.Current, r, c.token)
+			}
+		default:
+			report("calls", "call %d (token %d, fn ran: %v) = %v; want nil or a *fencedlock.StaleTokenError", c.id, c.token, c.ran, c.err)
+		}
+	}
+	t.Logf("%d calls accepted, %d refused", len(acceptedCalls), len(refused))
+	if len(acceptedCalls) < txGoroutines || len(refused) == 0 {
+		t.Errorf("%d calls accepted, %d refused: the test did not make Tx calls race", len(acceptedCalls), len(refused))
+	}
+	for _, c := range refused {
+		var se *fencedlock.StaleTokenError
+		if errors.As(c.err, &se) && !committed[se.Current] {
+			report("calls", "call %d (token %d) was refused with Current %d, which no accepted call committed", c.id, c.token, se.Current)
+		}
+	}
+
+	// Real time: the highest token accepted before a call began.
+	sort.Slice(acceptedCalls, func(i, j int) bool { return acceptedCalls[i].resp < acceptedCalls[j].resp })
+	highestBefore := func(inv int64) (fencedlock.Token, int64) {
+		var hi fencedlock.Token
+		var id int64
+		for _, a := range acceptedCalls {
+			if a.resp >= inv {
+				break
+			}
+			if a.token > hi {
+				hi, id = a.token, a.id
+			}
+		}
+		return hi, id
+	}
+	for _, c := range all {
+		hi, id := highestBefore(c.inv)
+		var se *fencedlock.StaleTokenError
+		switch {
+		case c.err == nil && c.token < hi:
+			report("real time", "call %d was accepted with token %d after call %d with token %d had been accepted", c.id, c.token, id, hi)
+		case errors.As(c.err, &se) && se.Current < hi:
+			report("real time", "call %d was refused with Current %d after call %d with token %d had been accepted", c.id, se.Current, id, hi)
+		}
+	}
+
+	// The ledger in commit order.
+	rows, err := b.db.Query(b.sql(`SELECT seq, token, call FROM `+ledger+` WHERE resource = $1 ORDER BY seq`), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := make(map[int64]bool)
+	var (
+		n    int64
+		prev txCall
+	)
+	for rows.Next() {
+		var seq, token, call int64
+		if err := rows.Scan(&seq, &token, &call); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if seq != n {
+			report("ledger", "ledger row %d has number %d: a gap or a duplicate", n, seq)
+		}
+		c, ok := accepted[call]
+		switch {
+		case !ok:
+			report("ledger", "ledger row %d was written by call %d, which was not accepted", seq, call)
+		case seen[call]:
+			report("ledger", "ledger row %d: call %d wrote two rows", seq, call)
+		case fencedlock.Token(token) != c.token:
+			report("ledger", "ledger row %d: call %d wrote token %d; its token was %d", seq, call, token, c.token)
+		}
+		seen[call] = true
+		if n > 1 && fencedlock.Token(token) < prev.token {
+			report("ledger", "ledger row %d (call %d, token %d) was committed after row %d (call %d, token %d): the tokens went down", seq, call, token, seq-1, prev.id, prev.token)
+		}
+		prev = txCall{id: call, token: fencedlock.Token(token)}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for id, c := range accepted {
+		if !seen[id] {
+			report("ledger", "call %d (token %d) was accepted but its ledger row is missing", id, c.token)
+		}
+	}
+}

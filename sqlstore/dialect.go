@@ -1,0 +1,142 @@
+package sqlstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Dialect is the SQL dialect of a Store's database: SQLite or Postgres.
+// The zero Dialect is none of them, and New refuses it.
+type Dialect int
+
+const (
+	// SQLite is SQLite 3.35 or later (for RETURNING), through any
+	// database/sql driver, e.g. modernc.org/sqlite or
+	// github.com/mattn/go-sqlite3. Tx relies on SQLite's database write
+	// lock: see the package documentation for the busy timeout to set.
+	SQLite Dialect = iota + 1
+
+	// Postgres is PostgreSQL 9.5 or later (for INSERT ... ON CONFLICT),
+	// through any database/sql driver, e.g. github.com/lib/pq or pgx's
+	// stdlib package. Tx relies on the lock of the resource's row.
+	Postgres
+)
+
+// String returns "sqlite", "postgres", or "Dialect(N)" for a value that
+// is neither.
+func (d Dialect) String() string {
+	switch d {
+	case SQLite:
+		return "sqlite"
+	case Postgres:
+		return "postgres"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+func (d Dialect) valid() bool { return d == SQLite || d == Postgres }
+
+// queries is the SQL of one Store: its dialect's statements on its table.
+type queries struct {
+	create string // creates the table if missing
+	probe  string // selects every column, no row: fails if the table does not fit
+	put    string // upsert of (resource, token, value), returning the fence it leaves
+	raise  string // upsert of (resource, token) raising the fence, returning it
+	get    string // (value, value_token) of a resource
+	fence  string // fence of a resource
+}
+
+// newQueries returns the statements of dialect d on table, an identifier
+// that validTable accepted.
+func newQueries(d Dialect, table string) queries {
+	t := quoteTable(table)
+	// Placeholders: SQLite's ?NNN and Postgres' $N both name the Nth
+	// argument, so one statement can use an argument twice.
+	p := func(n int) string {
+		if d == SQLite {
+			return fmt.Sprintf("?%d", n)
+		}
+		return fmt.Sprintf("$%d", n)
+	}
+	blob, greatest := "BYTEA", "GREATEST"
+	if d == SQLite {
+		blob, greatest = "BLOB", "max"
+	}
+	return queries{
+		create: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	resource    TEXT NOT NULL PRIMARY KEY,
+	fence       BIGINT NOT NULL CHECK (fence > 0),
+	value       ` + blob + `,
+	value_token BIGINT CHECK (value_token > 0 AND value_token <= fence)
+)`,
+		probe: `SELECT resource, fence, value, value_token FROM ` + t + ` WHERE 1 = 0`,
+		// Under the lock the upsert takes on the row (Postgres) or the
+		// database (SQLite): the value and its token are written when
+		// the token is not below the fence, and the fence becomes the
+		// higher of the two. The SET expressions all see the row as it
+		// was before the update. A returned fence above the token means
+		// the Put was refused and the row left as it was.
+		put: `INSERT INTO ` + t + ` AS f (resource, fence, value, value_token)
+VALUES (` + p(1) + `, ` + p(2) + `, ` + p(3) + `, ` + p(2) + `)
+ON CONFLICT (resource) DO UPDATE SET
+	value = CASE WHEN f.fence <= excluded.fence THEN excluded.value ELSE f.value END,
+	value_token = CASE WHEN f.fence <= excluded.fence THEN excluded.value_token ELSE f.value_token END,
+	fence = ` + greatest + `(f.fence, excluded.fence)
+RETURNING fence`,
+		// Tx's first statement: it takes the row lock (Postgres) or the
+		// database write lock (SQLite), which the transaction then holds
+		// to its end, and raises the fence to the token unless the fence
+		// is higher.
+		raise: `INSERT INTO ` + t + ` AS f (resource, fence) VALUES (` + p(1) + `, ` + p(2) + `)
+ON CONFLICT (resource) DO UPDATE SET fence = ` + greatest + `(f.fence, excluded.fence)
+RETURNING fence`,
+		get:   `SELECT value, value_token FROM ` + t + ` WHERE resource = ` + p(1),
+		fence: `SELECT fence FROM ` + t + ` WHERE resource = ` + p(1),
+	}
+}
+
+// maxIdentLen is the longest identifier PostgreSQL keeps whole (its
+// NAMEDATALEN - 1); longer ones it truncates.
+const maxIdentLen = 63
+
+// validTable reports why name cannot be a table name, or "" when it can:
+// one or two dot-separated parts (schema.table), each of lower-case ASCII
+// letters, digits and underscores, not starting with a digit, at most 63
+// bytes.
+func validTable(name string) string {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "more than one dot"
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "an empty part"
+		}
+		if len(p) > maxIdentLen {
+			return fmt.Sprintf("a part longer than %d bytes", maxIdentLen)
+		}
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			switch {
+			case c >= 'a' && c <= 'z', c == '_':
+			case c >= '0' && c <= '9' && i > 0:
+			case c >= '0' && c <= '9':
+				return "a part starting with a digit"
+			default:
+				return fmt.Sprintf("the character %q (allowed: a-z, 0-9, _ and one dot)", c)
+			}
+		}
+	}
+	return ""
+}
+
+// quoteTable quotes each part of a name validTable accepted, so that SQL
+// keywords ("order", "user") work as names too. The name is lower case,
+// so the quoted name is the one an unquoted name means in PostgreSQL.
+func quoteTable(name string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, ".")
+}

@@ -1,0 +1,128 @@
+// Package sqlstore provides a [fencedlock.Store] in a SQL database, SQLite
+// or PostgreSQL, through database/sql, and [Store.Tx], which fences the
+// caller's own SQL writes: the check of the token and the writes commit in
+// one transaction, or not at all.
+//
+// Put and Get keep a value per resource, like every fencedlock.Store. Tx
+// goes further: when the data a lock protects lives in the same database,
+// the holder writes it inside Tx, and a holder whose lock expired has its
+// whole transaction refused, however long it paused, with no write of it
+// ever made.
+//
+//	store, err := sqlstore.New(db, sqlstore.Postgres)
+//	...
+//	err = store.Tx(ctx, "account/42", lock.Token(), func(tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance - $1 WHERE id = 42`, amount)
+//		return err
+//	})
+//	if errors.Is(err, fencedlock.ErrStaleToken) {
+//		// The lock was lost and a newer holder has been here: acquire
+//		// again, re-read, redo.
+//	}
+//
+// The package uses only database/sql: the program imports the driver,
+// e.g. modernc.org/sqlite or github.com/mattn/go-sqlite3 for [SQLite],
+// github.com/lib/pq or github.com/jackc/pgx/v5/stdlib for [Postgres].
+//
+// # Schema
+//
+// A Store keeps one row per resource in one table, [DefaultTable] unless
+// [WithTable] names another. New creates it when it is missing (BYTEA is
+// BLOB in SQLite):
+//
+//	CREATE TABLE IF NOT EXISTS fencedlock_fences (
+//		resource    TEXT NOT NULL PRIMARY KEY,
+//		fence       BIGINT NOT NULL CHECK (fence > 0),
+//		value       BYTEA,
+//		value_token BIGINT CHECK (value_token > 0 AND value_token <= fence)
+//	)
+//
+// fence is the highest token that any accepted Put or committed Tx has
+// used on the resource; every Put and Tx is checked against it with
+// [fencedlock.CheckToken], and a refusal's [fencedlock.StaleTokenError]
+// carries it as Current. value and value_token are what the last accepted
+// Put wrote: Get returns them. Tx raises the fence and leaves the value
+// alone, so after a Tx with a higher token Get still returns the older
+// value and its token, while Put with a token below the new fence is
+// refused; a resource that only Tx has used has a fence and no value, and
+// Get reports [fencedlock.ErrNotFound] for it. Rows are never deleted.
+//
+// Tokens are stored as SQL BIGINT, which is signed: tokens above
+// [MaxToken] (2^63-1) are refused with [fencedlock.ErrInvalidToken].
+// Resource names are TEXT: names that are not valid UTF-8, hold a NUL byte
+// or are longer than [MaxResourceLen] bytes are refused with
+// [fencedlock.ErrInvalidArgument].
+//
+// # Atomicity and locking
+//
+// Put is one statement, an upsert that writes the value and its token
+// only when the token is not below the fence, raises the fence to the
+// token, and returns the fence it leaves:
+//
+//	INSERT INTO fencedlock_fences AS f (resource, fence, value, value_token)
+//	VALUES ($1, $2, $3, $2)
+//	ON CONFLICT (resource) DO UPDATE SET
+//		value = CASE WHEN f.fence <= excluded.fence THEN excluded.value ELSE f.value END,
+//		value_token = CASE WHEN f.fence <= excluded.fence THEN excluded.value_token ELSE f.value_token END,
+//		fence = GREATEST(f.fence, excluded.fence)  -- max(...) in SQLite
+//	RETURNING fence
+//
+// A returned fence above the token means the Put was refused, and the row
+// is as it was. Get is one SELECT of value and value_token, so it never
+// sees one without the other.
+//
+// Tx begins a transaction whose first statement is an upsert that raises
+// the fence (INSERT ... ON CONFLICT (resource) DO UPDATE SET fence =
+// GREATEST(f.fence, excluded.fence) RETURNING fence); when the fence it
+// returns is above the token, Tx rolls back and returns the
+// StaleTokenError without calling fn; otherwise it calls fn with the
+// transaction and commits. The lock that upsert takes is held until the
+// transaction ends, so Tx and Put calls on one resource take effect one at
+// a time, in an order in which the tokens never go down:
+//
+//   - PostgreSQL: the upsert locks the resource's row (inserting it first
+//     if need be), so a Tx or Put on the same resource waits until the
+//     transaction ends and then sees the fence it committed; other
+//     resources are not held up. This works under the default isolation
+//     level, READ COMMITTED, where each statement of fn also sees the
+//     writes earlier transactions on the resource committed. Under
+//     REPEATABLE READ or SERIALIZABLE (default_transaction_isolation) a Tx
+//     that waited for another fails with a serialization error (SQLSTATE
+//     40001) instead: retry it. The wait for the lock ends when ctx does.
+//   - SQLite: a database has one writer at a time. The upsert being the
+//     transaction's first statement, the transaction takes the write lock
+//     at once and keeps it to its end, so every Tx and Put on the database
+//     waits for it, whatever its resource; readers do not, in WAL mode.
+//     (A transaction that read first and wrote later could fail with
+//     SQLITE_BUSY when another writer got in between, without waiting.)
+//     Keep fn short.
+//
+// # SQLite: busy timeout, WAL, and one database for all connections
+//
+// A connection that finds the write lock taken waits for it only when
+// SQLite has a busy timeout; without one, a Tx or Put that meets another
+// fails at once with SQLITE_BUSY ("database is locked"). Set one on every
+// connection, in the DSN, and use WAL mode so that Get is not blocked by
+// writers: with modernc.org/sqlite,
+//
+//	file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)
+//
+// and with github.com/mattn/go-sqlite3, file:app.db?_busy_timeout=5000&_journal_mode=WAL.
+// The wait for the write lock ends at the busy timeout, not when ctx
+// ends: modernc.org/sqlite does not interrupt it.
+//
+// database/sql opens several connections to one DSN, and every
+// connection to ":memory:" opens a database of its own: use a file, or
+// db.SetMaxOpenConns(1) for an in-memory database (fn must then use only
+// tx, since the one connection is busy with it).
+//
+// # Writing in Tx
+//
+// fn does all its work through tx, with ctx (tx.ExecContext and
+// tx.QueryContext), and neither commits nor rolls back tx. It must not call
+// Put or Tx, nor write through the *sql.DB: the lock its own transaction
+// holds would make that wait, in SQLite (any write) until the busy timeout,
+// in PostgreSQL (a Put or Tx on the same resource) until ctx ends. If fn
+// returns an error or panics, everything it wrote is rolled back, and so
+// is the raise of the fence.
+package sqlstore

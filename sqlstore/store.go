@@ -1,0 +1,406 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// DefaultTable is the table a Store uses unless WithTable names another.
+const DefaultTable = "fencedlock_fences"
+
+// MaxToken is the highest token a Store accepts: the largest SQL BIGINT,
+// 2^63-1. Put and Tx refuse a higher token with an error wrapping
+// fencedlock.ErrInvalidToken. Tokens a Locker seeds from the Redis clock
+// (microseconds) stay far below it.
+const MaxToken fencedlock.Token = math.MaxInt64
+
+// MaxResourceLen is the longest resource name a Store accepts, in bytes.
+// PostgreSQL cannot index much longer keys (a B-tree entry holds at most
+// about 2700 bytes).
+const MaxResourceLen = 1024
+
+// Store is a fencedlock.Store in a SQL database, whose Tx also fences the
+// caller's own SQL writes. Every resource has one row in the Store's table:
+// see the package documentation for the schema and the locking.
+//
+// Make a Store with New or NewContext. The zero Store and a nil *Store
+// have no database: their methods return errors wrapping
+// fencedlock.ErrInvalidArgument.
+//
+// A Store is safe for concurrent use by multiple goroutines, and by
+// multiple processes that share the database.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	table   string
+	q       queries
+}
+
+var _ fencedlock.Store = (*Store)(nil)
+
+// Option configures a Store in New and NewContext. A nil Option is
+// ignored.
+type Option func(*config) error
+
+// config is what the options set.
+type config struct {
+	table  string
+	create bool
+}
+
+// WithTable sets the table that holds the fences and values. The default
+// is DefaultTable. name is one or two dot-separated identifiers (table, or
+// schema.table; for SQLite the schema is an attached database's name), of
+// lower-case ASCII letters, digits and underscores, each starting with a
+// letter or underscore and at most 63 bytes long; the Store quotes them in
+// its SQL. Any other name makes New return an error wrapping
+// fencedlock.ErrInvalidArgument.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		if why := validTable(name); why != "" {
+			return fmt.Errorf("%w: sqlstore: table name %q has %s", fencedlock.ErrInvalidArgument, name, why)
+		}
+		c.table = name
+		return nil
+	}
+}
+
+// WithCreateTable sets whether New creates the table when it is missing.
+// The default is true. Pass false when the table is made by migrations
+// or the database user may not create tables; New then only checks that
+// the table exists with the columns the Store needs.
+func WithCreateTable(create bool) Option {
+	return func(c *config) error {
+		c.create = create
+		return nil
+	}
+}
+
+// New is NewContext with context.Background().
+func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
+	return NewContext(context.Background(), db, d, opts...)
+}
+
+// NewContext returns a Store on db, in dialect d, configured by opts. It
+// creates the table (CREATE TABLE IF NOT EXISTS, unless
+// WithCreateTable(false)) and checks that the table has the Store's
+// columns. ctx bounds that work; the Store does not keep it.
+//
+// On failure it returns a nil *Store and an error. A nil db, a Dialect
+// other than SQLite and Postgres, or an invalid option returns an error
+// wrapping fencedlock.ErrInvalidArgument, before the database is used. A
+// failure to create or check the table returns the database's error,
+// wrapped; the table may then exist or not.
+func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
+	}
+	if !d.valid() {
+		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v: use sqlstore.SQLite or sqlstore.Postgres", fencedlock.ErrInvalidArgument, d)
+	}
+	c := config{table: DefaultTable, create: true}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{db: db, dialect: d, table: c.table, q: newQueries(d, c.table)}
+	if c.create {
+		if _, err := db.ExecContext(ctx, s.q.create); err != nil {
+			// Two processes creating the table at once can make one
+			// CREATE fail in PostgreSQL; the table is there all the same.
+			if s.probe(ctx) == nil {
+				return s, nil
+			}
+			return nil, fmt.Errorf("sqlstore: creating table %s: %w", s.table, err)
+		}
+	}
+	if err := s.probe(ctx); err != nil {
+		return nil, fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
+	}
+	return s, nil
+}
+
+func (s *Store) probe(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, s.q.probe)
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// Table returns the name of the Store's table, as WithTable was given it
+// (DefaultTable by default); "" for a Store not made by New.
+func (s *Store) Table() string {
+	if s == nil {
+		return ""
+	}
+	return s.table
+}
+
+// Dialect returns the Store's dialect; the zero Dialect for a Store not
+// made by New.
+func (s *Store) Dialect() Dialect {
+	if s == nil {
+		return 0
+	}
+	return s.dialect
+}
+
+// check returns the error of a call with a Store that has no database or
+// with a resource the Store cannot keep.
+func (s *Store) check(resource string) error {
+	if s == nil {
+		return fmt.Errorf("%w: sqlstore: nil *Store", fencedlock.ErrInvalidArgument)
+	}
+	if s.db == nil {
+		return fmt.Errorf("%w: sqlstore: Store has no database: make it with sqlstore.New", fencedlock.ErrInvalidArgument)
+	}
+	switch {
+	case resource == "":
+		return fmt.Errorf("%w: sqlstore: empty resource name", fencedlock.ErrInvalidArgument)
+	case len(resource) > MaxResourceLen:
+		return fmt.Errorf("%w: sqlstore: resource name of %d bytes: the limit is %d", fencedlock.ErrInvalidArgument, len(resource), MaxResourceLen)
+	case !utf8.ValidString(resource):
+		return fmt.Errorf("%w: sqlstore: resource name %q is not valid UTF-8", fencedlock.ErrInvalidArgument, resource)
+	case strings.IndexByte(resource, 0) >= 0:
+		return fmt.Errorf("%w: sqlstore: resource name %q holds a NUL byte", fencedlock.ErrInvalidArgument, resource)
+	}
+	return nil
+}
+
+// checkToken returns the error for a token the Store cannot take: zero
+// (the error of fencedlock.CheckToken) or above MaxToken.
+func checkToken(resource string, token fencedlock.Token) error {
+	if token == 0 {
+		return fencedlock.CheckToken(resource, token, 0)
+	}
+	if token > MaxToken {
+		return fmt.Errorf("%w: sqlstore: token %d for resource %q is above %d, the largest SQL BIGINT", fencedlock.ErrInvalidToken, token, resource, MaxToken)
+	}
+	return nil
+}
+
+// fenceToken converts a fence or value token read from the table. The
+// table's CHECK constraints keep them positive.
+func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
+	if v <= 0 {
+		return 0, fmt.Errorf("sqlstore: resource %q has %s %d in the table: not a token", resource, what, v)
+	}
+	return fencedlock.Token(v), nil
+}
+
+// dbErr wraps err, the error of a database call of op on resource. When
+// ctx has ended, the error wraps ctx.Err() too: some drivers report a
+// cancelled query with an error of their own (lib/pq: "canceling
+// statement due to user request").
+func dbErr(ctx context.Context, op, resource, step string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqlstore: %s %q: %s%w (%w)", op, resource, step, err, cerr)
+	}
+	return fmt.Errorf("sqlstore: %s %q: %s%w", op, resource, step, err)
+}
+
+// Put implements fencedlock.Store. It stores value and token in
+// resource's row if token is not below the row's fence, the highest token
+// any accepted Put or committed Tx has used on the resource, and raises
+// the fence to token.
+// A lower token returns the *fencedlock.StaleTokenError of
+// fencedlock.CheckToken, whose Current is the fence, and changes nothing.
+//
+// Put is one statement: an upsert, atomic under the lock it takes on the
+// row (PostgreSQL) or the database (SQLite). A zero token or one above
+// MaxToken returns an error wrapping fencedlock.ErrInvalidToken; an empty
+// resource, one longer than MaxResourceLen bytes, not valid UTF-8 or
+// holding a NUL byte, an error wrapping fencedlock.ErrInvalidArgument.
+// A nil value is stored as an empty one.
+//
+// After a database error the write may or may not have happened: see
+// fencedlock.Store.
+func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
+	if err := s.check(resource); err != nil {
+		return err
+	}
+	if err := checkToken(resource, token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	var fence int64
+	if err := s.db.QueryRowContext(ctx, s.q.put, resource, int64(token), value).Scan(&fence); err != nil {
+		return dbErr(ctx, "put", resource, "", err)
+	}
+	current, err := fenceToken(fence, "fence", resource)
+	if err != nil {
+		return err
+	}
+	// The statement applied the rule (a returned fence above token means
+	// it refused); CheckToken builds the error of a refusal.
+	return fencedlock.CheckToken(resource, token, current)
+}
+
+// Get implements fencedlock.Store. It returns the value of resource's
+// row and the token that wrote it, which is lower than the row's fence
+// when a Tx with a higher token committed since (see Fence). A resource whose
+// row has a fence but no value yet (only Tx used it) returns an error
+// wrapping fencedlock.ErrNotFound, like one without a row.
+func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
+	if err := s.check(resource); err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var (
+		value []byte
+		token sql.NullInt64
+	)
+	err := s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !token.Valid {
+		return nil, 0, fmt.Errorf("%w: %q", fencedlock.ErrNotFound, resource)
+	}
+	if err != nil {
+		return nil, 0, dbErr(ctx, "get", resource, "", err)
+	}
+	t, err := fenceToken(token.Int64, "value token", resource)
+	if err != nil {
+		return nil, 0, err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return value, t, nil
+}
+
+// Fence returns resource's fence: the highest token that an accepted Put
+// or a committed Tx has used on it, which every later Put and Tx must
+// match or exceed. A resource that no accepted Put or committed Tx has
+// used returns an error wrapping fencedlock.ErrNotFound. When the fence is higher than any token the
+// Locker hands out (its counter was lost), pass it to Locker.Advance.
+func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
+	if err := s.check(resource); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var fence int64
+	err := s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %q has no fence", fencedlock.ErrNotFound, resource)
+	}
+	if err != nil {
+		return 0, dbErr(ctx, "fence", resource, "", err)
+	}
+	return fenceToken(fence, "fence", resource)
+}
+
+// Tx runs fn in a transaction fenced by token: it checks token against
+// resource's fence and raises the fence to token, then runs fn, then
+// commits, so that fn's writes and the new fence are committed together
+// or not at all. An equal token passes.
+//
+// The fence is raised by the transaction's first statement, which takes
+// the lock that serializes Tx and Put calls on the resource until the
+// transaction ends: the row lock in PostgreSQL, the database write lock in
+// SQLite (see the package documentation). fn must do its work through tx,
+// with ctx, and must not commit or roll back tx. It must not call Put or
+// Tx, nor write through the *sql.DB: in SQLite every write waits for the
+// write lock its own transaction holds (until the busy timeout), and in
+// PostgreSQL a Put or Tx on its resource waits for its row lock (until ctx
+// ends).
+//
+// A token below the fence returns the *fencedlock.StaleTokenError of
+// fencedlock.CheckToken, whose Current is the fence, without calling fn.
+// A zero token, one above MaxToken, an invalid resource (see Put) or a nil
+// fn returns an error wrapping fencedlock.ErrInvalidToken or
+// fencedlock.ErrInvalidArgument without touching the database.
+//
+// When fn returns an error, Tx rolls back, fn's writes and the fence's
+// raise alike, and returns fn's error as it is. When fn panics, Tx rolls
+// back and the panic goes on. When ctx ends before the commit,
+// database/sql rolls the transaction back and Tx returns an error wrapping
+// ctx.Err(). A failed commit returns the database's error, wrapped;
+// whether the transaction was committed is then unknown only when the
+// connection broke during the commit.
+//
+// Tx takes a connection of its own from db's pool for the transaction.
+// After a failed commit or rollback it closes that connection instead of
+// returning it to the pool, since a driver may have left the transaction
+// open on it (modernc.org/sqlite does after a failed COMMIT).
+func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) error {
+	if err := s.check(resource); err != nil {
+		return err
+	}
+	if err := checkToken(resource, token); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: sqlstore: Tx with a nil fn", fencedlock.ErrInvalidArgument)
+	}
+	// A connection of its own, so that Tx can discard it when a commit
+	// or rollback fails: some drivers leave the transaction open then
+	// (modernc.org/sqlite after a failed COMMIT), and database/sql would
+	// hand the connection, still in the transaction and holding its
+	// locks, to the next caller.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return dbErr(ctx, "tx", resource, "", err)
+	}
+	discard := false
+	defer func() {
+		if discard {
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return dbErr(ctx, "tx", resource, "begin: ", err)
+	}
+	done := false
+	defer func() {
+		// Runs on every return before the commit, and while a panic
+		// of fn unwinds the stack (or fn calls runtime.Goexit).
+		if !done {
+			if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+				discard = true
+			}
+		}
+	}()
+	var fence int64
+	if err := tx.QueryRowContext(ctx, s.q.raise, resource, int64(token)).Scan(&fence); err != nil {
+		return dbErr(ctx, "tx", resource, "raising the fence: ", err)
+	}
+	current, err := fenceToken(fence, "fence", resource)
+	if err != nil {
+		return err
+	}
+	if err := fencedlock.CheckToken(resource, token, current); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		discard = true
+		return dbErr(ctx, "tx", resource, "commit: ", err)
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencetest"
+	"github.com/fencedlock/fencedlock/sqlstore"
+)
+
+// Both dialects pass the conformance suite, each subtest on a fresh table.
+func TestStore(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		fencetest.Store(t, func(t *testing.T) fencedlock.Store { return b.newStore(t) })
+	})
+}
+
+func TestNewRefusesBadArguments(t *testing.T) {
+	db, err := sql.Open("sqlite", sqliteDSN(t.TempDir()+"/new.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []struct {
+		name string
+		db   *sql.DB
+		d    sqlstore.Dialect
+		opts []sqlstore.Option
+		want string // in the message
+	}{
+		{"nil db", nil, sqlstore.SQLite, nil, "nil *sql.DB"},
+		{"zero dialect", db, 0, nil, "unknown dialect Dialect(0)"},
+		{"unknown dialect", db, 7, nil, "unknown dialect Dialect(7)"},
+		{"empty table", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("")}, "an empty part"},
+		{"injection", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("t; DROP TABLE x")}, "character ';'"},
+		{"quote", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable(`t"x`)}, `character '"'`},
+		{"upper case", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("Fences")}, "character 'F'"},
+		{"space", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("my fences")}, "character ' '"},
+		{"leading digit", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("1fences")}, "starting with a digit"},
+		{"two dots", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("a.b.c")}, "more than one dot"},
+		{"trailing dot", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("a.")}, "an empty part"},
+		{"too long", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("a", 64))}, "longer than 63 bytes"},
+		{"non-ASCII", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("zäune")}, "character"},
+	} {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			s, err := sqlstore.New(c.db, c.d, c.opts...)
+			if !errors.Is(err, fencedlock.ErrInvalidArgument) || s != nil {
+				t.Fatalf("New = (%v, %v); want nil and an error wrapping ErrInvalidArgument", s, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("New: %v; want a message that mentions %q", err, c.want)
+			}
+		})
+	}
+	// Nothing was created by the refused calls.
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the database has %d objects (%v) after refused New calls; want 0", n, err)
+	}
+}
+
+func TestNewOptions(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		put := func(s *sqlstore.Store) {
+			t.Helper()
+			if err := s.Put(ctx, "r", 3, []byte("v")); err != nil {
+				t.Fatalf("Put on table %s: %v", s.Table(), err)
+			}
+			if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "v" || tok != 3 {
+				t.Fatalf("Get on table %s = (%q, %d, %v); want (\"v\", 3, nil)", s.Table(), v, tok, err)
+			}
+		}
+
+		t.Run("default", func(t *testing.T) {
+			s, err := sqlstore.New(b.db, b.dialect, nil) // a nil Option is ignored
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Table() != sqlstore.DefaultTable || s.Dialect() != b.dialect {
+				t.Errorf("Table, Dialect = %q, %v; want %q, %v", s.Table(), s.Dialect(), sqlstore.DefaultTable, b.dialect)
+			}
+			put(s)
+			b.exec(t, `DROP TABLE `+sqlstore.DefaultTable)
+		})
+
+		t.Run("keyword", func(t *testing.T) {
+			// Quoted in the SQL, a keyword is a name like any other.
+			s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable("order"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			put(s)
+			b.exec(t, `DROP TABLE "order"`)
+		})
+
+		t.Run("schema", func(t *testing.T) {
+			schema := "main"
+			if b.dialect == sqlstore.Postgres {
+				schema = b.name(t, "schema")
+				b.exec(t, `CREATE SCHEMA `+schema)
+			}
+			table := schema + "." + b.name(t, "fences")
+			s, err := sqlstore.NewContext(ctx, b.db, b.dialect, sqlstore.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Table() != table {
+				t.Errorf("Table() = %q; want %q", s.Table(), table)
+			}
+			put(s)
+		})
+
+		t.Run("again", func(t *testing.T) {
+			// New on an existing table keeps its rows.
+			table := b.name(t, "fences")
+			s1, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			put(s1)
+			s2, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, tok, err := s2.Get(ctx, "r"); err != nil || string(v) != "v" || tok != 3 {
+				t.Fatalf("Get through a second Store = (%q, %d, %v); want (\"v\", 3, nil)", v, tok, err)
+			}
+		})
+
+		t.Run("no create", func(t *testing.T) {
+			table := b.name(t, "fences")
+			_, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table), sqlstore.WithCreateTable(false))
+			if err == nil || errors.Is(err, fencedlock.ErrInvalidArgument) || !strings.Contains(err.Error(), table) {
+				t.Fatalf("New(WithCreateTable(false)) on a missing table = %v; want a database error naming the table", err)
+			}
+			if _, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table)); err != nil {
+				t.Fatal(err)
+			}
+			s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table), sqlstore.WithCreateTable(false))
+			if err != nil {
+				t.Fatalf("New(WithCreateTable(false)) on an existing table: %v", err)
+			}
+			put(s)
+		})
+
+		t.Run("wrong table", func(t *testing.T) {
+			table := b.name(t, "other")
+			b.exec(t, `CREATE TABLE `+table+` (resource TEXT PRIMARY KEY, token BIGINT)`)
+			_, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table))
+			if err == nil || !strings.Contains(err.Error(), "does not have the columns") {
+				t.Fatalf("New on a table of other columns = %v; want an error saying so", err)
+			}
+		})
+
+		t.Run("cancelled", func(t *testing.T) {
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			table := b.name(t, "fences")
+			if _, err := sqlstore.NewContext(cancelled, b.db, b.dialect, sqlstore.WithTable(table)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("NewContext with a cancelled context = %v; want context.Canceled", err)
+			}
+		})
+	})
+}
+
+// A nil *Store and the zero Store return errors, not panics.
+func TestNilAndZeroStore(t *testing.T) {
+	ctx := context.Background()
+	for name, s := range map[string]*sqlstore.Store{"nil": nil, "zero": {}} {
+		if err := s.Put(ctx, "r", 1, nil); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+			t.Errorf("%s Store: Put = %v; want ErrInvalidArgument", name, err)
+		}
+		if _, _, err := s.Get(ctx, "r"); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+			t.Errorf("%s Store: Get = %v; want ErrInvalidArgument", name, err)
+		}
+		if _, err := s.Fence(ctx, "r"); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+			t.Errorf("%s Store: Fence = %v; want ErrInvalidArgument", name, err)
+		}
+		called := false
+		if err := s.Tx(ctx, "r", 1, func(*sql.Tx) error { called = true; return nil }); !errors.Is(err, fencedlock.ErrInvalidArgument) || called {
+			t.Errorf("%s Store: Tx = %v, fn called %v; want ErrInvalidArgument, not called", name, err, called)
+		}
+		if s.Table() != "" || s.Dialect() != 0 {
+			t.Errorf("%s Store: Table, Dialect = %q, %v; want \"\", 0", name, s.Table(), s.Dialect())
+		}
+	}
+}
+
+// Tokens above MaxToken, zero tokens and resource names the Store cannot
+// keep are refused before the database is used, by every method.
+func TestRefusedArguments(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		tx := func(resource string, token fencedlock.Token) error {
+			return s.Tx(ctx, resource, token, func(*sql.Tx) error {
+				t.Errorf("Tx(%q, %d) called fn", resource, token)
+				return nil
+			})
+		}
+		for _, c := range []struct {
+			resource string
+			token    fencedlock.Token
+			want     error
+		}{
+			{"r", 0, fencedlock.ErrInvalidToken},
+			{"r", sqlstore.MaxToken + 1, fencedlock.ErrInvalidToken},
+			{"r", 1 << 63, fencedlock.ErrInvalidToken},
+			{"r", ^fencedlock.Token(0), fencedlock.ErrInvalidToken},
+			{"", 1, fencedlock.ErrInvalidArgument},
+			{"nul\x00byte", 1, fencedlock.ErrInvalidArgument},
+			{"bad \xff utf-8", 1, fencedlock.ErrInvalidArgument},
+			{strings.Repeat("x", sqlstore.MaxResourceLen+1), 1, fencedlock.ErrInvalidArgument},
+		} {
+			if err := s.Put(ctx, c.resource, c.token, []byte("v")); !errors.Is(err, c.want) {
+				t.Errorf("Put(%.20q, %d) = %v; want an error wrapping %v", c.resource, c.token, err, c.want)
+			}
+			if err := tx(c.resource, c.token); !errors.Is(err, c.want) {
+				t.Errorf("Tx(%.20q, %d) = %v; want an error wrapping %v", c.resource, c.token, err, c.want)
+			}
+			if c.want == fencedlock.ErrInvalidArgument {
+				if _, _, err := s.Get(ctx, c.resource); !errors.Is(err, c.want) {
+					t.Errorf("Get(%.20q) = %v; want an error wrapping %v", c.resource, err, c.want)
+				}
+				if _, err := s.Fence(ctx, c.resource); !errors.Is(err, c.want) {
+					t.Errorf("Fence(%.20q) = %v; want an error wrapping %v", c.resource, err, c.want)
+				}
+			}
+		}
+		if err := s.Tx(ctx, "r", 1, nil); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+			t.Errorf("Tx with a nil fn = %v; want ErrInvalidArgument", err)
+		}
+		if n := b.count(t, `SELECT count(*) FROM `+s.Table()); n != 0 {
+			t.Errorf("the table has %d rows after refused calls; want 0", n)
+		}
+
+		// The largest token and the longest name work, and compare
+		// exactly at the top of the range.
+		long := strings.Repeat("x", sqlstore.MaxResourceLen)
+		if err := s.Put(ctx, long, sqlstore.MaxToken, []byte("top")); err != nil {
+			t.Fatalf("Put(%d-byte name, MaxToken) = %v", len(long), err)
+		}
+		err := s.Put(ctx, long, sqlstore.MaxToken-1, []byte("below"))
+		var se *fencedlock.StaleTokenError
+		if !errors.As(err, &se) || se.Token != sqlstore.MaxToken-1 || se.Current != sqlstore.MaxToken {
+			t.Errorf("Put(MaxToken-1) after Put(MaxToken) = %v; want a StaleTokenError with Current MaxToken", err)
+		}
+		if err := s.Tx(ctx, long, sqlstore.MaxToken, func(*sql.Tx) error { return nil }); err != nil {
+			t.Errorf("Tx(MaxToken) after Put(MaxToken) = %v; want nil", err)
+		}
+		if f, err := s.Fence(ctx, long); err != nil || f != sqlstore.MaxToken {
+			t.Errorf("Fence = (%d, %v); want (MaxToken, nil)", f, err)
+		}
+	})
+}
+
+func TestFence(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		if f, err := s.Fence(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) || f != 0 {
+			t.Errorf("Fence of a resource never used = (%d, %v); want (0, ErrNotFound)", f, err)
+		}
+		steps := []struct {
+			op    string
+			token fencedlock.Token
+			fence fencedlock.Token // after the step
+		}{
+			{"put", 5, 5},
+			{"tx", 8, 8},
+			{"put", 7, 8}, // refused
+			{"tx", 6, 8},  // refused
+			{"put", 8, 8},
+			{"put", 12, 12},
+		}
+		for _, st := range steps {
+			if st.op == "put" {
+				s.Put(ctx, "r", st.token, []byte("v"))
+			} else {
+				s.Tx(ctx, "r", st.token, func(*sql.Tx) error { return nil })
+			}
+			if f, err := s.Fence(ctx, "r"); err != nil || f != st.fence {
+				t.Fatalf("after %s(%d): Fence = (%d, %v); want %d", st.op, st.token, f, err, st.fence)
+			}
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := s.Fence(cancelled, "r"); !errors.Is(err, context.Canceled) {
+			t.Errorf("Fence with a cancelled context = %v; want context.Canceled", err)
+		}
+	})
+}
+
+// The table holds what the package documentation says: one row per
+// resource with its fence, its value and the value's token.
+func TestSchema(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		if err := s.Tx(ctx, "only-tx", 4, func(*sql.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, "put", 6, []byte("six")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Tx(ctx, "put", 9, func(*sql.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := b.db.Query(`SELECT resource, fence, value, value_token FROM ` + s.Table() + ` ORDER BY resource`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var got []string
+		for rows.Next() {
+			var (
+				resource string
+				fence    int64
+				value    []byte
+				token    sql.NullInt64
+			)
+			if err := rows.Scan(&resource, &fence, &value, &token); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, strings.Join([]string{resource, itoa(fence), stringOrNull(value), nullInt(token)}, " "))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"only-tx 4 NULL NULL", "put 9 six 6"}
+		if strings.Join(got, "; ") != strings.Join(want, "; ") {
+			t.Errorf("rows = %q; want %q", got, want)
+		}
+	})
+}
