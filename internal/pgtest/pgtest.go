@@ -25,7 +25,6 @@ package pgtest
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -35,10 +34,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/servertest"
 )
 
 // Server is a PostgreSQL server on a loopback port. Its superuser is User,
@@ -52,7 +52,7 @@ type Server struct {
 
 	mu   sync.Mutex // protects cmd and done
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	done <-chan struct{} // closed when cmd has exited
 }
 
 // Binaries are the PostgreSQL programs a Server needs.
@@ -65,21 +65,15 @@ type Binaries struct {
 // major version, in debianRoot/VERSION/bin. A variable for the tests.
 var debianRoot = "/usr/lib/postgresql"
 
-// skipped counts the tests Find skipped.
-var skipped atomic.Int64
+// program counts the tests Find skipped.
+var program = &servertest.Program{Name: "PostgreSQL", Tests: "PostgreSQL", Install: "apt-get install postgresql"}
 
 // Find returns the PostgreSQL binaries, or skips tb (fails it when
 // CI=true) when they are not installed.
 func Find(tb testing.TB) Binaries {
 	tb.Helper()
 	b, err := find()
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("pgtest: %v; CI=true requires the PostgreSQL tests: install PostgreSQL (e.g. apt-get install postgresql)", err)
-		}
-		skipped.Add(1)
-		tb.Skipf("pgtest: %v: install PostgreSQL (e.g. apt-get install postgresql) to run the PostgreSQL tests", err)
-	}
+	program.Require(tb, err)
 	return b
 }
 
@@ -233,7 +227,7 @@ func start(b Binaries) (*Server, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := servertest.FreePort()
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -303,29 +297,14 @@ func (s *Server) launch(bin string, o *owner) error {
 	)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	if err := cmd.Start(); err != nil {
+	done, err := servertest.Launch(cmd, s.ready, 10*time.Millisecond, 30*time.Second, s.logTail)
+	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("postgres exited at start: %s", s.logTail())
-		default:
-		}
-		if s.ready() {
-			s.mu.Lock()
-			s.cmd, s.done = cmd, done
-			s.mu.Unlock()
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("postgres did not get ready on %s: %s", s.Addr(), s.logTail())
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	return nil
 }
 
 // ready reports whether the postmaster says it accepts connections (the
@@ -346,15 +325,6 @@ func (s *Server) ready() bool {
 	}
 	c.Close()
 	return true
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Addr returns the server's host:port.
@@ -419,10 +389,7 @@ func (s *Server) Close() {
 	os.RemoveAll(s.Dir)
 }
 
-var (
-	sharedMu     sync.Mutex
-	sharedServer *Server
-)
+var shared servertest.Shared[*Server]
 
 // Shared returns the test binary's shared server, starting it on first
 // use; Main (or StopShared) stops it. It skips tb (fails it when CI=true)
@@ -431,28 +398,16 @@ var (
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
 	b := Find(tb)
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer == nil {
-		s, err := start(b)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		sharedServer = s
+	s, err := shared.Get(func() (*Server, error) { return start(b) })
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return sharedServer
+	return s
 }
 
 // StopShared stops the shared server, if one was started, and removes its
 // directory.
-func StopShared() {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer != nil {
-		sharedServer.Close()
-		sharedServer = nil
-	}
-}
+func StopShared() { shared.Stop() }
 
 // Main runs m, stops the shared server and exits; call it from TestMain:
 //
@@ -463,17 +418,6 @@ func StopShared() {
 func Main(m *testing.M) {
 	code := m.Run()
 	StopShared()
-	reportSkipped(os.Stderr)
+	program.Report(os.Stderr)
 	os.Exit(code)
-}
-
-// reportSkipped writes the line Main prints when Find skipped tests.
-func reportSkipped(w io.Writer) {
-	if n := skipped.Load(); n > 0 {
-		tests := "tests"
-		if n == 1 {
-			tests = "test"
-		}
-		fmt.Fprintf(w, "pgtest: %d PostgreSQL %s skipped: initdb and postgres not found; install PostgreSQL (e.g. apt-get install postgresql) to run them, or set CI=true to make their absence fail\n", n, tests)
-	}
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	_ "github.com/lib/pq"
+
+	"github.com/fencedlock/fencedlock/internal/servertest"
 )
 
 func TestMain(m *testing.M) {
@@ -76,7 +78,7 @@ func TestStartAndClose(t *testing.T) {
 	if got := query(t, s, "SELECT 'own'"); got != "own" {
 		t.Errorf("query = %q", got)
 	}
-	if s == sharedServer {
+	if s == Shared(t) {
 		t.Fatal("Start returned the shared server")
 	}
 	s.Close()
@@ -111,8 +113,11 @@ func TestWithoutPostgres(t *testing.T) {
 	old := debianRoot
 	debianRoot = t.TempDir()
 	t.Cleanup(func() { debianRoot = old })
-	before := skipped.Load()
-	t.Cleanup(func() { skipped.Add(before - skipped.Load()) })
+	// A Program of the test's own, so that Main reports no skip of it.
+	oldProgram := program
+	program = &servertest.Program{Name: oldProgram.Name, Tests: oldProgram.Tests, Install: oldProgram.Install}
+	t.Cleanup(func() { program = oldProgram })
+	before := program.Skipped()
 
 	t.Setenv("CI", "")
 	ft := &fakeT{TB: t}
@@ -123,11 +128,11 @@ func TestWithoutPostgres(t *testing.T) {
 	if !strings.Contains(ft.msg, "apt-get install postgresql") {
 		t.Errorf("skip message %q does not say how to install PostgreSQL", ft.msg)
 	}
-	if got := skipped.Load() - before; got != 1 {
+	if got := program.Skipped() - before; got != 1 {
 		t.Errorf("skipped counted %d tests; want 1", got)
 	}
 	var buf bytes.Buffer
-	reportSkipped(&buf)
+	program.Report(&buf)
 	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "apt-get install postgresql") || !strings.Contains(out, "CI=true") {
 		t.Errorf("report = %q; want one line saying how to run the tests", out)
 	}

@@ -2,8 +2,6 @@ package redistest
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/servertest"
 )
 
 // Backend is a Redis for one test: a fresh miniredis, or the process's
@@ -99,10 +99,7 @@ func (b *Backend) Restart(tb testing.TB) {
 // Miniredis returns the test's miniredis, or nil on a real Redis.
 func (b *Backend) Miniredis() *miniredis.Miniredis { return b.mini }
 
-var (
-	sharedMu     sync.Mutex
-	sharedServer *Server
-)
+var shared servertest.Shared[*Server]
 
 // Shared returns the process's shared redis-server, starting it on first
 // use. Stop it in TestMain with StopShared. It skips tb (fails it when
@@ -110,55 +107,28 @@ var (
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
 	bin := Binary(tb)
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer == nil {
-		s, err := start(bin)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		sharedServer = s
+	s, err := shared.Get(func() (*Server, error) { return start(bin) })
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return sharedServer
+	return s
 }
 
 // StopShared stops the shared server if one was started.
-func StopShared() {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer != nil {
-		sharedServer.Close()
-		sharedServer = nil
-	}
-}
+func StopShared() { shared.Stop() }
 
 // Main runs m and stops the shared server; call it from TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
 // When real-Redis tests were skipped because redis-server is not on PATH,
-// it says so, and how to run them, in one line on stderr after the tests,
-// where a skip message of one test among many is easy to miss. `go test`
-// in a package's directory, `go test -v` and a failing package show the
-// line; for a passing package, `go test ./...` (package list mode) prints
-// only its "ok" summary and discards the rest of its output, this line
-// included.
+// it says so, and how to run them, in one line on stderr after the tests
+// (see servertest.Program.Report).
 func Main(m *testing.M) {
 	code := m.Run()
 	StopShared()
-	reportSkipped(os.Stderr)
+	program.Report(os.Stderr)
 	os.Exit(code)
-}
-
-// reportSkipped writes the line Main prints when Binary skipped tests.
-func reportSkipped(w io.Writer) {
-	if n := skipped.Load(); n > 0 {
-		tests := "tests"
-		if n == 1 {
-			tests = "test"
-		}
-		fmt.Fprintf(w, "redistest: %d real-Redis %s skipped: redis-server is not on PATH; install it (e.g. apt-get install redis-server) to run them, or set CI=true to make its absence fail\n", n, tests)
-	}
 }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)

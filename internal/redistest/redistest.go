@@ -16,11 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/servertest"
 )
 
 // Server is a redis-server process on a loopback port, with no
@@ -40,17 +41,14 @@ func Binary(tb testing.TB) string {
 	tb.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis-server is not on PATH and CI=true requires the real-Redis tests: %v", err)
-		}
-		skipped.Add(1)
-		tb.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the real-Redis tests")
+		err = fmt.Errorf("redis-server is not on PATH: %w", err)
 	}
+	program.Require(tb, err)
 	return path
 }
 
-// skipped counts the tests and benchmarks Binary skipped.
-var skipped atomic.Int64
+// program counts the tests and benchmarks Binary skipped.
+var program = &servertest.Program{Name: "redis-server", Tests: "real-Redis", Install: "apt-get install redis-server"}
 
 // Start starts a redis-server and stops it when tb's test ends. extra
 // arguments are passed on its command line, e.g. "--cluster-enabled", "yes".
@@ -71,7 +69,7 @@ func start(bin string, extra ...string) (*Server, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := servertest.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -90,41 +88,17 @@ func start(bin string, extra ...string) (*Server, error) {
 	return nil, fmt.Errorf("redistest: starting redis-server: %w", lastErr)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (s *Server) launch(bin string) error {
 	cmd := exec.Command(bin, s.args...)
 	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
+	ready := func() bool { return ping(s.Addr) == nil }
+	if _, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, s.logTail); err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server exited at start: %s", s.logTail())
-		default:
-		}
-		if ping(s.Addr) == nil {
-			s.mu.Lock()
-			s.cmd = cmd
-			s.mu.Unlock()
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cmd.Process.Kill()
-	<-exited
-	return fmt.Errorf("redis-server did not answer on %s: %s", s.Addr, s.logTail())
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Server) logTail() string {
