@@ -1,6 +1,7 @@
 package fencehttp
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"mime"
@@ -12,7 +13,7 @@ import (
 
 // MaxErrorBody is the largest error response body CheckResponse parses:
 // 64 KiB. It reads one byte more to tell a larger body, which it does not
-// parse.
+// parse, and puts what it read back for the caller.
 const MaxErrorBody = 64 << 10
 
 // maxExcerpt is how much of an error response's body a StatusError keeps,
@@ -28,9 +29,11 @@ const (
 // proxy or another handler, a problem of another type, a body that is too
 // large or malformed. When the body is a problem of one of the types of
 // this package with its status, Err is the sentinel error the server's
-// error matched (ErrInvalidToken, ErrNotFound, ErrInvalidArgument) and
-// errors.Is finds it through Unwrap; a 409 StaleTokenType problem whose
-// tokens are unusable gives an Err that wraps fencedlock.ErrStaleToken.
+// error matched (fencedlock.ErrInvalidToken or fencedlock.ErrNotFound)
+// and errors.Is finds it through Unwrap; a 409 StaleTokenType problem
+// whose tokens are unusable, or whose "token" is not the token the
+// request sent, gives an Err that wraps fencedlock.ErrStaleToken and says
+// why.
 //
 // A StatusError holds copies of what it reports and is safe to share
 // between goroutines once returned.
@@ -52,7 +55,8 @@ type StatusError struct {
 	Body []byte
 
 	// Err is the error behind the status, or nil: the sentinel of a
-	// recognised problem, or why the body could not be read or decoded.
+	// recognised problem, why the body could not be read or decoded, or
+	// why a stale-token problem gave no *fencedlock.StaleTokenError.
 	Err error
 }
 
@@ -102,19 +106,37 @@ func quote(s string) string {
 //     fencedlock.ErrStaleToken with errors.Is. With tokens missing, zero,
 //     malformed or in the wrong order: a *StatusError that matches
 //     ErrStaleToken (the server said so) but holds no tokens.
+//   - 409 with a StaleTokenType problem whose "token" is not the token
+//     the request sent, when resp.Request is not nil and carries exactly
+//     one valid Fencing-Token header (as SetToken sets it): a *StatusError
+//     that matches ErrStaleToken, holds no tokens, and says why. The
+//     token of a response without a Request, or whose Request has no
+//     valid token, is not checked.
 //   - 400 with an InvalidTokenType problem: a *StatusError matching
 //     fencedlock.ErrInvalidToken; 404 with a NotFoundType problem, one
-//     matching fencedlock.ErrNotFound; 400 with an InvalidArgumentType
-//     problem, one matching fencedlock.ErrInvalidArgument.
+//     matching fencedlock.ErrNotFound.
 //   - Anything else, including a 409 whose body is not a problem of
 //     StaleTokenType, a Content-Type other than application/problem+json
 //     (parameters allowed), a body that is not a JSON object, is larger
-//     than MaxErrorBody or fails to read, and 3xx statuses: a *StatusError
-//     that matches none of the sentinel errors of package fencedlock.
+//     than MaxErrorBody or fails to read, the error responses a handler
+//     writes itself (http.Error with 400 or 413 for a body it cannot
+//     read), and 3xx statuses: a *StatusError that matches none of the
+//     sentinel errors of package fencedlock.
+//
+// The Resource and Current of a *StaleTokenError come from the server, as
+// it sent them; only Token is checked against the request. A client
+// should check that Resource is the resource it wrote, and bound Current
+// (not far above the tokens its Locker grants, say), before it passes
+// Current to Locker.Advance: a faulty server could otherwise raise the
+// counter to its limit.
 //
 // CheckResponse never closes the body: the caller closes it, as after
-// every http.Client.Do. A nil resp returns an error wrapping
-// fencedlock.ErrInvalidArgument; a nil resp.Body reads as empty.
+// every http.Client.Do. For a status outside 2xx it replaces resp.Body
+// with a body that reads the bytes CheckResponse read, then the rest of
+// the original body, and whose Close closes the original body: the caller
+// can still read or decode the whole error body itself. A nil resp
+// returns an error wrapping fencedlock.ErrInvalidArgument; a nil
+// resp.Body reads as empty and is left nil.
 func CheckResponse(resp *http.Response) error {
 	if resp == nil {
 		return fmt.Errorf("fencehttp: %w: nil *http.Response", fencedlock.ErrInvalidArgument)
@@ -130,7 +152,9 @@ func CheckResponse(resp *http.Response) error {
 	var body []byte
 	if resp.Body != nil {
 		var err error
-		body, err = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody+1))
+		orig := resp.Body
+		body, err = io.ReadAll(io.LimitReader(orig, MaxErrorBody+1))
+		resp.Body = &replayBody{r: io.MultiReader(bytes.NewReader(body), orig), orig: orig}
 		e.Body = excerpt(body)
 		if err != nil {
 			e.Err = fmt.Errorf("reading the body: %w", err)
@@ -157,16 +181,32 @@ func CheckResponse(resp *http.Response) error {
 			e.Err = err
 			return e
 		}
+		if resp.Request != nil {
+			if sent, err := TokenFromHeader(resp.Request.Header); err == nil && sent != stale.Token {
+				e.Err = fmt.Errorf("%w, but the problem's token %v is not the token %v the request sent", fencedlock.ErrStaleToken, stale.Token, sent)
+				return e
+			}
+		}
 		return stale
 	case p.typ == InvalidTokenType && resp.StatusCode == http.StatusBadRequest:
 		e.Err = fencedlock.ErrInvalidToken
 	case p.typ == NotFoundType && resp.StatusCode == http.StatusNotFound:
 		e.Err = fencedlock.ErrNotFound
-	case p.typ == InvalidArgumentType && resp.StatusCode == http.StatusBadRequest:
-		e.Err = fencedlock.ErrInvalidArgument
 	}
 	return e
 }
+
+// replayBody is the body CheckResponse leaves on a response it read
+// from: the bytes it read, then the rest of the original body.
+type replayBody struct {
+	r    io.Reader
+	orig io.ReadCloser
+}
+
+func (b *replayBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// Close closes the original body.
+func (b *replayBody) Close() error { return b.orig.Close() }
 
 // isProblem reports whether a Content-Type value is
 // application/problem+json, with or without parameters.

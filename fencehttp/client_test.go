@@ -62,7 +62,9 @@ func problemBody(typ string, status int) string {
 var (
 	problemJSON = []string{fencehttp.ProblemContentType}
 	validStale  = staleBody(`"41"`, `"42"`)
-	// The sentinels CheckResponse may map a response to.
+	// The sentinels of package fencedlock a response could be mapped to,
+	// ErrStaleToken first; CheckResponse never maps one to
+	// ErrInvalidArgument.
 	sentinels = []error{fencedlock.ErrStaleToken, fencedlock.ErrInvalidToken, fencedlock.ErrNotFound, fencedlock.ErrInvalidArgument}
 )
 
@@ -126,7 +128,12 @@ func TestCheckResponseErrors(t *testing.T) {
 		// The other problem types of the package, with their status.
 		{"invalid token", 400, problemJSON, problemBody(fencehttp.InvalidTokenType, 400), fencedlock.ErrInvalidToken, `fencedlock: invalid token: detail "d"`},
 		{"not found", 404, problemJSON, problemBody(fencehttp.NotFoundType, 404), fencedlock.ErrNotFound, "resource not found"},
-		{"invalid argument", 400, problemJSON, problemBody(fencehttp.InvalidArgumentType, 400), fencedlock.ErrInvalidArgument, "invalid argument"},
+		// ErrInvalidArgument is a bug of the server, never a 400 problem:
+		// not even a problem of the type an unreleased version had.
+		{"invalid-argument type", 400, problemJSON, problemBody("https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#InvalidArgumentType", 400), nil, `400 Bad Request: detail "d"`},
+		// What a handler answers itself for a body it cannot read.
+		{"400 http.Error", 400, []string{"text/plain; charset=utf-8"}, "the body is not a JSON array\n", nil, `400 Bad Request: body "the body is not a JSON array\n"`},
+		{"413 http.Error", 413, []string{"text/plain; charset=utf-8"}, "request body too large\n", nil, "413 Request Entity Too Large"},
 		{"invalid token, charset", 400, []string{"application/problem+json;charset=utf-8"}, problemBody(fencehttp.InvalidTokenType, 400), fencedlock.ErrInvalidToken, "400 Bad Request"},
 
 		// A stale-token problem whose tokens cannot be used: the server
@@ -211,6 +218,13 @@ func TestCheckResponseErrors(t *testing.T) {
 			assert.LessOrEqual(t, len(statusErr.Body), 512, "keeps a short excerpt")
 			assert.Equal(t, excerptOf(tt.body), string(statusErr.Body))
 			assert.False(t, tb.closed, "CheckResponse does not close the body")
+
+			// The caller can still read the whole body, and close it.
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, tt.body, string(b), "the body, whole")
+			require.NoError(t, resp.Body.Close())
+			assert.True(t, tb.closed, "Close reaches the original body")
 		})
 	}
 }
@@ -331,4 +345,98 @@ func TestStatusErrorText(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, tt.err.Error(), tt.name)
 	}
+}
+
+// A stale-token problem is trusted only for the token the request sent,
+// when the response has the request and the request one valid token.
+func TestCheckResponseSentToken(t *testing.T) {
+	h := func(values ...string) http.Header { return http.Header{fencehttp.Header: values} }
+	tests := []struct {
+		name    string
+		request bool        // whether the response has a Request
+		header  http.Header // the Request's header
+		stale   bool        // whether a *StaleTokenError comes back
+		errPart string
+	}{
+		{"no request", false, nil, true, ""},
+		{"the token sent", true, h("41"), true, ""},
+		{"the token sent, leading zero", true, h("041"), true, ""},
+		{"another token", true, h("40"), false, "the problem's token 41 is not the token 40 the request sent"},
+		{"a higher token", true, h("42"), false, "the problem's token 41 is not the token 42 the request sent"},
+		{"no token sent", true, http.Header{}, true, ""},
+		{"nil header", true, nil, true, ""},
+		{"two tokens sent", true, h("40", "40"), true, ""},
+		{"malformed token sent", true, h("abc"), true, ""},
+		{"zero sent", true, h("0"), true, ""},
+	}
+	for _, tt := range tests {
+		tt := tt
+		t.Run(tt.name, func(t *testing.T) {
+			resp, _ := response(http.StatusConflict, problemJSON, validStale)
+			if tt.request {
+				resp.Request = &http.Request{Method: http.MethodPut, Header: tt.header}
+			}
+			err := fencehttp.CheckResponse(resp)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, fencedlock.ErrStaleToken), "errors.Is(%v, ErrStaleToken)", err)
+			var stale *fencedlock.StaleTokenError
+			if tt.stale {
+				require.True(t, errors.As(err, &stale), "want a *StaleTokenError, got %T %v", err, err)
+				assert.Equal(t, fencedlock.StaleTokenError{Resource: "order-queue", Token: 41, Current: 42}, *stale)
+				return
+			}
+			assert.False(t, errors.As(err, &stale), "no *StaleTokenError: %v", err)
+			var statusErr *fencehttp.StatusError
+			require.True(t, errors.As(err, &statusErr), "want a *StatusError, got %T %v", err, err)
+			assert.Equal(t, http.StatusConflict, statusErr.StatusCode)
+			assert.Equal(t, fencehttp.StaleTokenType, statusErr.Type)
+			assert.Contains(t, err.Error(), tt.errPart)
+			for _, s := range sentinels[1:] { // all but ErrStaleToken
+				assert.False(t, errors.Is(err, s), "errors.Is(%v, %v)", err, s)
+			}
+		})
+	}
+}
+
+// CheckResponse puts back what it read: the caller reads the whole body
+// after it, and closing the body closes the original.
+func TestCheckResponseBodyReplay(t *testing.T) {
+	for _, body := range []string{
+		"",
+		"short",
+		validStale,
+		strings.Repeat("0123456789", fencehttp.MaxErrorBody/10) + "tail", // beyond MaxErrorBody+1
+		strings.Repeat("x", fencehttp.MaxErrorBody+1),
+	} {
+		for _, status := range []int{http.StatusConflict, http.StatusBadRequest, http.StatusBadGateway} {
+			resp, tb := response(status, problemJSON, body)
+			require.Error(t, fencehttp.CheckResponse(resp))
+			assert.False(t, tb.closed, "CheckResponse does not close the body")
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, len(body), len(b), "status %d", status)
+			assert.True(t, string(b) == body, "status %d: the body, whole and in order", status)
+			require.NoError(t, resp.Body.Close())
+			assert.True(t, tb.closed, "status %d: Close reaches the original body", status)
+		}
+	}
+
+	// A body that fails: the bytes read, then the error again.
+	readErr := errors.New("connection reset by peer")
+	fb := &failingBody{data: "partial", err: readErr}
+	resp := &http.Response{StatusCode: 409, Header: http.Header{"Content-Type": problemJSON}, Body: fb}
+	require.Error(t, fencehttp.CheckResponse(resp))
+	b, err := io.ReadAll(resp.Body)
+	assert.Equal(t, "partial", string(b))
+	assert.True(t, errors.Is(err, readErr), "%v", err)
+	require.NoError(t, resp.Body.Close())
+	assert.True(t, fb.closed)
+
+	// A 2xx body is left as it is; a nil body stays nil.
+	resp, tb := response(http.StatusOK, nil, "ok")
+	require.NoError(t, fencehttp.CheckResponse(resp))
+	assert.Same(t, tb, resp.Body)
+	resp = &http.Response{StatusCode: 500}
+	require.Error(t, fencehttp.CheckResponse(resp))
+	assert.Nil(t, resp.Body)
 }

@@ -12,13 +12,20 @@
 // # Server side
 //
 // [TokenFrom] reads the token of a request; [WriteError] answers an error,
-// its own or the store's:
+// its own or the store's. The handler answers the client's other input
+// errors itself:
 //
 //	token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
-//	if err == nil {
-//		err = store.Put(r.Context(), "order-queue", token, value)
-//	}
 //	if err != nil {
+//		fencehttp.WriteError(w, err)
+//		return
+//	}
+//	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+//	if err != nil {
+//		http.Error(w, "unreadable or too large body", http.StatusBadRequest)
+//		return
+//	}
+//	if err := store.Put(r.Context(), "order-queue", token, value); err != nil {
 //		fencehttp.WriteError(w, err) // stale: 409 with the tokens
 //		return
 //	}
@@ -44,7 +51,10 @@
 //		return err
 //	}
 //
-// [TokenFromHeader] reads the token of a response that carries one.
+// The zero Token sends no header, which the server refuses as missing.
+// After an error, CheckResponse leaves the whole body on resp for the
+// caller to read: it puts back what it read. [TokenFromHeader] reads the
+// token of a response that carries one.
 //
 // # Status mapping
 //
@@ -52,23 +62,36 @@
 // maps a problem document of the row's type and status back to an error
 // matching the row's sentinel (errors.Is):
 //
-//	error                          status  problem type          CheckResponse
-//	fencedlock.ErrStaleToken       409     StaleTokenType        *fencedlock.StaleTokenError
-//	fencedlock.ErrInvalidToken     400     InvalidTokenType      *StatusError, Err ErrInvalidToken
-//	fencedlock.ErrNotFound         404     NotFoundType          *StatusError, Err ErrNotFound
-//	fencedlock.ErrInvalidArgument  400     InvalidArgumentType   *StatusError, Err ErrInvalidArgument
-//	anything else                  500     about:blank           *StatusError, no sentinel
-//	nil                            nothing is written
+//	error                              status  problem type      CheckResponse
+//	a nil *fencedlock.StaleTokenError  500     about:blank       *StatusError, no sentinel
+//	fencedlock.ErrStaleToken           409     StaleTokenType    *fencedlock.StaleTokenError
+//	fencedlock.ErrInvalidToken         400     InvalidTokenType  *StatusError, Err ErrInvalidToken
+//	fencedlock.ErrNotFound             404     NotFoundType      *StatusError, Err ErrNotFound
+//	anything else                      500     about:blank       *StatusError, no sentinel
+//	nil                                nothing is written
+//
+// fencedlock.ErrInvalidArgument is "anything else": it means the server's
+// own code misused an API (a nil database, a bad table name, a TTL below
+// 1 ms), a bug of the server, not of the request. A nil
+// *StaleTokenError in the error's chain is a bug of the handler too.
 //
 // A 409 stale-token problem without usable tokens (the server's error
 // matched ErrStaleToken without a *StaleTokenError in it, or the body was
-// damaged) gives a *StatusError whose Err wraps ErrStaleToken.
+// damaged), or whose "token" is not the one the request sent, gives a
+// *StatusError whose Err wraps ErrStaleToken. The resource and current
+// token of a *StaleTokenError are the server's word: check the resource,
+// and bound the current token, before passing it to
+// [fencedlock.Locker.Advance].
 //
 // Every other error response, a 409 or a 404 from a proxy or another
-// handler among them, is a [*StatusError] that matches no sentinel: only a
-// problem document (Content-Type application/problem+json) of one of the
-// package's types, with the row's status, is recognised. A 500 problem
-// carries no detail, so internal error text stays on the server.
+// handler among them, and the 400 or 413 a handler writes itself for a
+// body it cannot read, is a [*StatusError] that matches no sentinel: only
+// a problem document (Content-Type application/problem+json) of one of
+// the package's types, with the row's status, is recognised. A 500
+// problem carries no detail, so internal error text stays on the server.
+// The detail of a 409 problem is the *StaleTokenError's own text, not
+// that of the errors wrapping it; the detail of a 400 or 404 problem is
+// the error's text, so do not wrap those errors with secrets.
 //
 // # The stale-token problem
 //
@@ -80,10 +103,11 @@
 //	 "detail":"fencedlock: stale fencing token 41 for resource \"order-queue\": store holds 42",
 //	 "resource":"order-queue","token":"41","current":"42"}
 //
-// Tokens are JSON strings: they go up to 2^64-1, and many JSON decoders
-// keep numbers as doubles, exact only up to 2^53. The resource is a JSON
-// string, so bytes of a resource name that are not valid UTF-8 arrive as
-// U+FFFD.
+// The type URIs ([StaleTokenType], [InvalidTokenType], [NotFoundType])
+// are permanent identifiers that will not change. Tokens are JSON strings:
+// they go up to 2^64-1, and many JSON decoders keep numbers as doubles,
+// exact only up to 2^53. The resource is a JSON string, so bytes of a
+// resource name that are not valid UTF-8 arrive as U+FFFD.
 //
 // # Concurrency
 //

@@ -23,13 +23,17 @@ func Example() {
 	store := fencedlock.NewMemoryStore()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
-		if err == nil {
-			var body []byte
-			if body, err = io.ReadAll(r.Body); err == nil {
-				err = store.Put(r.Context(), "order-queue", token, body)
-			}
-		}
 		if err != nil {
+			fencehttp.WriteError(w, err)
+			return
+		}
+		// The client's other input errors are the handler's to answer.
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "unreadable or too large body", http.StatusBadRequest)
+			return
+		}
+		if err := store.Put(r.Context(), "order-queue", token, body); err != nil {
 			fencehttp.WriteError(w, err) // stale: 409 with both tokens
 			return
 		}
@@ -129,8 +133,13 @@ func ExampleCheckResponse() {
 	if errors.As(err, &statusErr) {
 		fmt.Println("status:", statusErr.StatusCode)
 	}
+
+	// CheckResponse put back what it read: the body is whole.
+	body, err := io.ReadAll(resp.Body)
+	fmt.Printf("body: %q, %v\n", body, err)
 	// Output:
 	// fencehttp: response status 409 Conflict: body "username already taken\n" (Content-Type "text/plain; charset=utf-8")
 	// stale: false
 	// status: 409
+	// body: "username already taken\n", <nil>
 }

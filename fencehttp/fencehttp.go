@@ -17,8 +17,10 @@ const Header = "Fencing-Token"
 // SetToken sets the Fencing-Token header of r to t, in decimal, replacing
 // any value it had. The zero Token means "no token": SetToken removes the
 // header instead, so that a request never carries the zero token, which
-// TokenFrom and every store refuse; the server answers 400 either way. A nil r is ignored; a nil r.Header is
-// allocated.
+// TokenFrom and every store refuse. The server's TokenFrom then reports
+// the header "missing", and WriteError answers 400 Bad Request with an
+// InvalidTokenType problem. A nil r is ignored; a nil r.Header is
+// allocated when t is not zero.
 func SetToken(r *http.Request, t fencedlock.Token) {
 	if r == nil {
 		return
@@ -55,7 +57,8 @@ func SetTokenHeader(h http.Header, t fencedlock.Token) {
 // value are ignored, as HTTP ignores them. WriteError answers such an
 // error with 400 Bad Request.
 //
-// A nil r returns an error wrapping fencedlock.ErrInvalidArgument.
+// A nil r returns an error wrapping fencedlock.ErrInvalidArgument, a bug
+// in the server's code, which WriteError answers with 500.
 func TokenFrom(r *http.Request) (fencedlock.Token, error) {
 	if r == nil {
 		return 0, fmt.Errorf("fencehttp: %w: nil *http.Request", fencedlock.ErrInvalidArgument)

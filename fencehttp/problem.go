@@ -16,9 +16,12 @@ const ProblemContentType = "application/problem+json"
 
 // The problem types of fencehttp: the "type" member of the problem
 // documents WriteError writes, which CheckResponse compares byte for byte
-// to recognise them. Each URI leads to its documentation. A problem of
-// another type, or of one of these types with another status than the one
-// given here, is reported as a *StatusError and matches no sentinel error.
+// to recognise them. Each URI leads to its documentation. They are
+// permanent identifiers: they will not change, so that clients and
+// servers of different versions keep recognising each other's problems.
+// A problem of another type, or of one of these types with another status
+// than the one given here, is reported as a *StatusError and matches no
+// sentinel error.
 const (
 	// StaleTokenType is the problem type of 409 Conflict for an error
 	// matching fencedlock.ErrStaleToken. The problem carries the members
@@ -35,10 +38,6 @@ const (
 	// NotFoundType is the problem type of 404 Not Found for an error
 	// matching fencedlock.ErrNotFound.
 	NotFoundType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#NotFoundType"
-
-	// InvalidArgumentType is the problem type of 400 Bad Request for an
-	// error matching fencedlock.ErrInvalidArgument.
-	InvalidArgumentType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#InvalidArgumentType"
 )
 
 // problem is the problem document on the wire (RFC 9457), with the

@@ -2,6 +2,7 @@ package fencehttp_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -59,9 +60,11 @@ func (s *service) serve(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		body, err := io.ReadAll(r.Body)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 		if err != nil {
-			return err
+			// The client's input: answered here, not by WriteError.
+			http.Error(w, "unreadable or too large body", http.StatusBadRequest)
+			return nil
 		}
 		if err := s.store.Put(r.Context(), resource, token, body); err != nil {
 			return err
@@ -213,11 +216,13 @@ func TestRoundTripErrors(t *testing.T) {
 		{"zero header", newReq(http.Header{"Fencing-Token": {"0"}}), 400, fencedlock.ErrInvalidToken, "zero is not a token"},
 		{"two headers", newReq(http.Header{"Fencing-Token": {"1", "2"}}), 400, fencedlock.ErrInvalidToken, "2 values"},
 		{"2^64", newReq(http.Header{"Fencing-Token": {"18446744073709551616"}}), 400, fencedlock.ErrInvalidToken, "overflows"},
+		// The handler passed the store an empty name: its bug, a 500
+		// without the store's text.
 		{"empty resource", func() *http.Request {
 			req := newReq(http.Header{"Fencing-Token": {"5"}})
 			req.URL.RawQuery = "resource="
 			return req
-		}(), 400, fencedlock.ErrInvalidArgument, "empty resource name"},
+		}(), 500, nil, "500 Internal Server Error"},
 	}
 	for _, tt := range tests {
 		tt := tt
@@ -240,7 +245,7 @@ func TestRoundTripErrors(t *testing.T) {
 	_, _, err = get(t, client, base, "never-written")
 	assert.True(t, errors.Is(err, fencedlock.ErrNotFound), "GET of a missing resource: %v", err)
 
-	for _, internal := range []error{errors.New("redis: 10.0.0.7:6379: s3cr3t"), context.Canceled, fencedlock.ErrLockLost} {
+	for _, internal := range []error{errors.New("redis: 10.0.0.7:6379: s3cr3t"), context.Canceled, fencedlock.ErrLockLost, fmt.Errorf("%w: table name s3cr3t", fencedlock.ErrInvalidArgument)} {
 		s := &service{fail: internal}
 		base, client := startService(t, s)
 		_, err := put(t, client, base, "r", 5, "v")
@@ -301,7 +306,8 @@ func TestWriteErrorCheckResponse(t *testing.T) {
 		{"stale without tokens", fmt.Errorf("legacy: %w", fencedlock.ErrStaleToken), 409, fencedlock.ErrStaleToken},
 		{"invalid token", fmt.Errorf("%w: zero", fencedlock.ErrInvalidToken), 400, fencedlock.ErrInvalidToken},
 		{"not found", fmt.Errorf("%w: r", fencedlock.ErrNotFound), 404, fencedlock.ErrNotFound},
-		{"invalid argument", fmt.Errorf("%w: empty resource name", fencedlock.ErrInvalidArgument), 400, fencedlock.ErrInvalidArgument},
+		{"invalid argument", fmt.Errorf("%w: empty resource name", fencedlock.ErrInvalidArgument), 500, nil},
+		{"stale, typed nil", fmt.Errorf("put: %w", (*fencedlock.StaleTokenError)(nil)), 500, nil},
 		{"internal", errors.New("boom"), 500, nil},
 		{"context canceled", context.Canceled, 500, nil},
 		{"lock lost", fencedlock.ErrLockLost, 500, nil},
@@ -320,7 +326,7 @@ func TestWriteErrorCheckResponse(t *testing.T) {
 				assert.Equal(t, s == tt.want, errors.Is(err, s), "errors.Is(%v, %v)", err, s)
 			}
 			var stale *fencedlock.StaleTokenError
-			if errors.As(tt.err, &stale) {
+			if errors.As(tt.err, &stale) && stale != nil {
 				var got *fencedlock.StaleTokenError
 				require.True(t, errors.As(err, &got), "%T %v", err, err)
 				assert.Equal(t, *stale, *got)
@@ -330,5 +336,70 @@ func TestWriteErrorCheckResponse(t *testing.T) {
 				assert.Equal(t, tt.status, statusErr.StatusCode)
 			}
 		})
+	}
+}
+
+// CheckResponse checks the problem's token against the token the request
+// sent, over the wire: a server that reports another token than the one
+// it got is not trusted with a *StaleTokenError.
+func TestRoundTripStaleOtherToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A confused server: it reports token 7, whatever it got.
+		fencehttp.WriteError(w, &fencedlock.StaleTokenError{Resource: "r", Token: 7, Current: 1 << 62})
+	}))
+	defer srv.Close()
+
+	_, err := put(t, srv.Client(), srv.URL, "r", 7, "v")
+	var stale *fencedlock.StaleTokenError
+	require.True(t, errors.As(err, &stale), "the token sent: %T %v", err, err)
+	assert.Equal(t, fencedlock.StaleTokenError{Resource: "r", Token: 7, Current: 1 << 62}, *stale)
+
+	_, err = put(t, srv.Client(), srv.URL, "r", 8, "v")
+	assert.False(t, errors.As(err, &stale), "another token: %T %v", err, err)
+	assert.True(t, errors.Is(err, fencedlock.ErrStaleToken))
+	var statusErr *fencehttp.StatusError
+	require.True(t, errors.As(err, &statusErr), "%T %v", err, err)
+	assert.Equal(t, http.StatusConflict, statusErr.StatusCode)
+	assert.Contains(t, err.Error(), "the problem's token 7 is not the token 8 the request sent")
+}
+
+// After CheckResponse the caller decodes its own error body, whole, and
+// the connection is closed or reused as usual.
+func TestRoundTripErrorBodyReadable(t *testing.T) {
+	type apiError struct {
+		Code    string   `json:"code"`
+		Missing []string `json:"missing"`
+	}
+	want := apiError{Code: "order-incomplete", Missing: []string{"customer", "items"}}
+	var padding []string
+	for i := 0; i < 10000; i++ { // a body larger than MaxErrorBody
+		padding = append(padding, fmt.Sprint("field-", i))
+	}
+	big := apiError{Code: "order-incomplete", Missing: padding}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		if r.URL.Query().Get("big") != "" {
+			_ = json.NewEncoder(w).Encode(big)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(want)
+	}))
+	defer srv.Close()
+
+	for _, tt := range []struct {
+		query string
+		want  apiError
+	}{{"", want}, {"?big=1", big}} {
+		resp, err := srv.Client().Get(srv.URL + tt.query)
+		require.NoError(t, err)
+		err = fencehttp.CheckResponse(resp)
+		var statusErr *fencehttp.StatusError
+		require.True(t, errors.As(err, &statusErr), "%T %v", err, err)
+		assert.Equal(t, http.StatusUnprocessableEntity, statusErr.StatusCode)
+		var got apiError
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&got), "query %q", tt.query)
+		assert.Equal(t, tt.want, got)
+		require.NoError(t, resp.Body.Close())
 	}
 }

@@ -23,56 +23,73 @@ func TestWriteError(t *testing.T) {
 	var nilStale *fencedlock.StaleTokenError
 	_, headerErr := fencehttp.TokenFrom(httptest.NewRequest(http.MethodPut, "/", nil))
 	_, parseErr := fencedlock.ParseToken("abc")
+	checkStale := fencedlock.CheckToken("q", 5, 9)
+	checkZero := fencedlock.CheckToken("q", 0, 9)
 	secret := errors.New("dial tcp 10.0.0.7:6379: password s3cr3t refused")
+	notFound := fmt.Errorf("%w: %q", fencedlock.ErrNotFound, "order-queue")
+	invalidArg := fmt.Errorf("%w: empty resource name", fencedlock.ErrInvalidArgument)
 
 	tests := []struct {
 		name     string
 		err      error
 		status   int
 		typ      string
-		detail   bool   // whether the problem has err.Error() as detail
+		detail   string // the problem's detail; "": no detail member
 		members  string // the extension members, as JSON, "" for none
 		noDetail string // text that must not appear in the body
 	}{
-		{"stale", stale, 409, fencehttp.StaleTokenType, true, `"resource":"order-queue","token":"41","current":"42"`, ""},
-		{"stale, wrapped", fmt.Errorf("put order 17: %w", stale), 409, fencehttp.StaleTokenType, true, `"resource":"order-queue","token":"41","current":"42"`, ""},
-		{"stale, 2^64-1", &fencedlock.StaleTokenError{Resource: "r", Token: math.MaxUint64 - 1, Current: math.MaxUint64}, 409, fencehttp.StaleTokenType, true,
+		{"stale", stale, 409, fencehttp.StaleTokenType, stale.Error(), `"resource":"order-queue","token":"41","current":"42"`, ""},
+		{"stale, wrapped", fmt.Errorf("put order 17 for db 10.0.0.7: %w", stale), 409, fencehttp.StaleTokenType, stale.Error(), `"resource":"order-queue","token":"41","current":"42"`, "10.0.0.7"},
+		{"stale, 2^64-1", &fencedlock.StaleTokenError{Resource: "r", Token: math.MaxUint64 - 1, Current: math.MaxUint64}, 409, fencehttp.StaleTokenType,
+			`fencedlock: stale fencing token 18446744073709551614 for resource "r": store holds 18446744073709551615`,
 			`"resource":"r","token":"18446744073709551614","current":"18446744073709551615"`, ""},
-		{"stale, empty resource", &fencedlock.StaleTokenError{Token: 1, Current: 2}, 409, fencehttp.StaleTokenType, true, `"token":"1","current":"2"`, ""},
-		{"stale, from CheckToken", fencedlock.CheckToken("q", 5, 9), 409, fencehttp.StaleTokenType, true, `"resource":"q","token":"5","current":"9"`, ""},
-		{"stale sentinel without tokens", fmt.Errorf("legacy store: %w", fencedlock.ErrStaleToken), 409, fencehttp.StaleTokenType, true, "", ""},
-		{"stale, typed nil", nilStale, 409, fencehttp.StaleTokenType, false, "", ""},
-		{"stale before not found", errors.Join(fencedlock.ErrNotFound, stale), 409, fencehttp.StaleTokenType, true, `"resource":"order-queue","token":"41","current":"42"`, ""},
+		{"stale, empty resource", &fencedlock.StaleTokenError{Token: 1, Current: 2}, 409, fencehttp.StaleTokenType, `fencedlock: stale fencing token 1 for resource "": store holds 2`, `"token":"1","current":"2"`, ""},
+		{"stale, from CheckToken", checkStale, 409, fencehttp.StaleTokenType, checkStale.Error(), `"resource":"q","token":"5","current":"9"`, ""},
+		{"stale sentinel without tokens", fmt.Errorf("legacy store s3cr3t: %w", fencedlock.ErrStaleToken), 409, fencehttp.StaleTokenType, fencedlock.ErrStaleToken.Error(), "", "s3cr3t"},
+		{"stale before not found", errors.Join(notFound, stale), 409, fencehttp.StaleTokenType, stale.Error(), `"resource":"order-queue","token":"41","current":"42"`, "not found"},
 
-		{"invalid token from TokenFrom", headerErr, 400, fencehttp.InvalidTokenType, true, "", ""},
-		{"invalid token from ParseToken", parseErr, 400, fencehttp.InvalidTokenType, true, "", ""},
-		{"invalid token from CheckToken", fencedlock.CheckToken("q", 0, 9), 400, fencehttp.InvalidTokenType, true, "", ""},
-		{"invalid token before not found", errors.Join(fencedlock.ErrNotFound, fencedlock.ErrInvalidToken), 400, fencehttp.InvalidTokenType, true, "", ""},
+		// A nil *StaleTokenError is a bug of the handler: 500.
+		{"stale, typed nil", nilStale, 500, "about:blank", "", "", "stale"},
+		{"stale, typed nil wrapped", fmt.Errorf("put: %w", nilStale), 500, "about:blank", "", "", "stale"},
+		{"stale, typed nil after a real one", errors.Join(stale, nilStale), 500, "about:blank", "", "", "stale"},
+		{"stale, typed nil with not found", errors.Join(notFound, fmt.Errorf("x: %w", nilStale)), 500, "about:blank", "", "", "found"},
 
-		{"not found", fmt.Errorf("%w: %q", fencedlock.ErrNotFound, "order-queue"), 404, fencehttp.NotFoundType, true, "", ""},
-		{"not found before invalid argument", errors.Join(fencedlock.ErrInvalidArgument, fencedlock.ErrNotFound), 404, fencehttp.NotFoundType, true, "", ""},
+		{"invalid token from TokenFrom", headerErr, 400, fencehttp.InvalidTokenType, headerErr.Error(), "", ""},
+		{"invalid token from ParseToken", parseErr, 400, fencehttp.InvalidTokenType, parseErr.Error(), "", ""},
+		{"invalid token from CheckToken", checkZero, 400, fencehttp.InvalidTokenType, checkZero.Error(), "", ""},
+		{"invalid token before not found", errors.Join(fencedlock.ErrNotFound, fencedlock.ErrInvalidToken), 400, fencehttp.InvalidTokenType, errors.Join(fencedlock.ErrNotFound, fencedlock.ErrInvalidToken).Error(), "", ""},
+		{"invalid token before invalid argument", errors.Join(fencedlock.ErrInvalidArgument, headerErr), 400, fencehttp.InvalidTokenType, errors.Join(fencedlock.ErrInvalidArgument, headerErr).Error(), "", ""},
 
-		{"invalid argument", fmt.Errorf("%w: empty resource name", fencedlock.ErrInvalidArgument), 400, fencehttp.InvalidArgumentType, true, "", ""},
+		{"not found", notFound, 404, fencehttp.NotFoundType, notFound.Error(), "", ""},
+		{"not found before invalid argument", errors.Join(fencedlock.ErrInvalidArgument, notFound), 404, fencehttp.NotFoundType, errors.Join(fencedlock.ErrInvalidArgument, notFound).Error(), "", ""},
 
-		{"internal", secret, 500, "about:blank", false, "", "s3cr3t"},
-		{"internal, address", fmt.Errorf("reading: %w", secret), 500, "about:blank", false, "", "10.0.0.7"},
-		{"context canceled", context.Canceled, 500, "about:blank", false, "", "canceled"},
-		{"deadline exceeded", fmt.Errorf("put: %w", context.DeadlineExceeded), 500, "about:blank", false, "", "deadline"},
-		{"lock lost", fencedlock.ErrLockLost, 500, "about:blank", false, "", "lock lost"},
-		{"not acquired", fencedlock.ErrNotAcquired, 500, "about:blank", false, "", "not acquired"},
-		{"corrupt", fmt.Errorf("%w: key k", fencedlock.ErrCorrupt), 500, "about:blank", false, "", "corrupt"},
+		// ErrInvalidArgument is the server's own misuse of an API: 500.
+		{"invalid argument", invalidArg, 500, "about:blank", "", "", "empty resource name"},
+		{"invalid argument, wrapped", fmt.Errorf("opening the store: %w", fencedlock.ErrInvalidArgument), 500, "about:blank", "", "", "invalid argument"},
+		{"invalid argument from TokenFrom(nil)", func() error { _, err := fencehttp.TokenFrom(nil); return err }(), 500, "about:blank", "", "", "nil"},
+
+		{"internal", secret, 500, "about:blank", "", "", "s3cr3t"},
+		{"internal, address", fmt.Errorf("reading: %w", secret), 500, "about:blank", "", "", "10.0.0.7"},
+		{"context canceled", context.Canceled, 500, "about:blank", "", "", "canceled"},
+		{"deadline exceeded", fmt.Errorf("put: %w", context.DeadlineExceeded), 500, "about:blank", "", "", "deadline"},
+		{"lock lost", fencedlock.ErrLockLost, 500, "about:blank", "", "", "lock lost"},
+		{"not acquired", fencedlock.ErrNotAcquired, 500, "about:blank", "", "", "not acquired"},
+		{"corrupt", fmt.Errorf("%w: key k", fencedlock.ErrCorrupt), 500, "about:blank", "", "", "corrupt"},
 	}
 	for _, tt := range tests {
 		tt := tt
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			rec.Header().Set("Content-Length", "12345") // set by the handler before it failed
+			// Set by the handler before it failed.
+			rec.Header().Set("Content-Length", "12345")
+			fencehttp.SetTokenHeader(rec.Header(), 77)
 			fencehttp.WriteError(rec, tt.err)
 
 			assert.Equal(t, tt.status, rec.Code)
 			assert.Equal(t, fencehttp.ProblemContentType, rec.Header().Get("Content-Type"))
 			assert.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
-			assert.Empty(t, rec.Header().Get("Content-Length"), "a stale Content-Length is removed")
+			assert.Empty(t, rec.Header().Values("Content-Length"), "a stale Content-Length is removed")
+			assert.Empty(t, rec.Header().Values(fencehttp.Header), "an error response carries no token")
 
 			var members map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &members), "body %s", rec.Body)
@@ -84,15 +101,11 @@ func TestWriteError(t *testing.T) {
 			assert.Equal(t, tt.typ, p.Type)
 			assert.NotEmpty(t, p.Title)
 			assert.Equal(t, tt.status, p.Status)
-			switch {
-			case tt.detail:
-				assert.Equal(t, tt.err.Error(), p.Detail)
-			case tt.status == 500:
-				_, has := members["detail"]
-				assert.False(t, has, "a 500 problem has no detail: %s", rec.Body)
-			}
+			_, hasDetail := members["detail"]
+			assert.Equal(t, tt.detail != "", hasDetail, "detail member in %s", rec.Body)
+			assert.Equal(t, tt.detail, p.Detail)
 			if tt.noDetail != "" {
-				assert.NotContains(t, rec.Body.String(), tt.noDetail, "internal error text leaked")
+				assert.NotContains(t, rec.Body.String(), tt.noDetail, "error text leaked")
 			}
 
 			// The extension members, with the tokens as JSON strings.

@@ -4,12 +4,20 @@
 // lock's token with every write, in the Fencing-Token header (package
 // fencehttp).
 //
-// Worker A holds the lock, writes, and pauses (a GC pause, a
-// stop-the-world) for longer than the lock's TTL. Worker B acquires the
-// expired lock and writes. A wakes up, still believes it holds the lock,
-// and sends its write: the service refuses it with 409 Conflict, which A's
-// client turns back into a *fencedlock.StaleTokenError. A acquires again,
-// reads the queue again and retries, so no order is lost.
+// Each change to the queue is one call of update, a small bounded loop to
+// copy: acquire the lock, read the queue, change it, write it with the
+// lock's token, release; when the write is refused as stale, start over
+// with a new lock and a fresh read, at most three times.
+//
+// Worker A adds an order. Adding the next, it reads the queue and pauses
+// (a GC pause, a stop-the-world) for longer than the lock's TTL. Worker B
+// acquires the expired lock and adds its order. A wakes up, still
+// believes it holds the lock, and sends its write: the service refuses it
+// with 409 Conflict, which A's client turns back into a
+// *fencedlock.StaleTokenError. A's update acquires again, reads the queue
+// again and retries, so no order is lost. Last, worker C's bad requests
+// (no token, a body that is not a JSON array, a body too large) are
+// refused with 400 and 413, which update would not retry.
 //
 // The service runs on a loopback port, the locks on an embedded
 // miniredis; the pause moves miniredis's clock forward. The program exits
@@ -34,6 +42,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -94,115 +103,85 @@ func run() (err error) {
 
 	fmt.Printf("The order service at %s keeps %q in a fenced store.\n", api.url, resource)
 	fmt.Printf("Workers lock it on an embedded miniredis (TTL %v) and send the lock's token in the %s header.\n\n", ttl, fencehttp.Header)
-	s := story{ctx: context.Background(), locker: fencedlock.New(rdb), api: api, pause: mr.FastForward}
-	return s.tell()
+	s := story{locker: fencedlock.New(rdb), api: api, pause: mr.FastForward}
+	return s.tell(context.Background())
 }
 
-// story holds what the two workers share: one Locker and one client of the
-// service. Both workers run in this goroutine, one step at a time, so the
+// story holds what the workers share: one Locker and one client of the
+// service. The workers run in this goroutine, one step at a time, so the
 // interleaving is the same on every run.
 type story struct {
-	ctx    context.Context
 	locker *fencedlock.Locker
 	api    *queueAPI
 	pause  func(time.Duration) // stands for A's stop-the-world pause
+
+	// For the story's checks: the token of each worker's latest lock, and
+	// the stale refusals update retried after.
+	tokens  map[string]fencedlock.Token
+	refused []refusal
 }
 
-func (s *story) tell() error {
-	ctx := s.ctx
+// refusal is a write the service refused as stale: the status and
+// CheckResponse's error.
+type refusal struct {
+	status int
+	err    error
+}
 
-	// A acquires the lock and starts work on the queue.
-	a, err := s.locker.TryAcquire(ctx, resource, ttl)
-	if err != nil {
-		return fmt.Errorf("worker A could not acquire the lock: %w", err)
-	}
-	say("A", "acquired the lock with token %v", a.Token())
-	queue, _, err := s.read("A")
-	if err != nil {
-		return err
-	}
-	initial := slices.Clone(queue)
-	queue = append(queue, 1001)
-	if err := s.write("A", a.Token(), queue); err != nil {
-		return fmt.Errorf("worker A's first write: %w", err)
-	}
-	queue = append(queue, 1002) // A's next write, prepared before the pause
+func (s *story) tell(ctx context.Context) error {
+	s.tokens = map[string]fencedlock.Token{}
 
-	pause := ttl + time.Second
-	say("A", "pauses (GC, stop-the-world) for %v, longer than the %v TTL; its lock expires in Redis", pause, ttl)
-	s.pause(pause)
-
-	// B finds the lock free and gets a higher token.
-	b, err := s.locker.TryAcquire(ctx, resource, ttl)
+	// A adds order 1001.
+	var initial []int
+	err := s.update(ctx, "A", func(q []int) ([]int, error) {
+		initial = slices.Clone(q)
+		return append(q, 1001), nil
+	})
 	if err != nil {
-		return fmt.Errorf("worker B could not acquire the lock after A's TTL ran out: %w", err)
-	}
-	if b.Token() <= a.Token() {
-		return fmt.Errorf("worker B's token %v is not higher than A's %v", b.Token(), a.Token())
-	}
-	say("B", "acquired the lock with token %v, higher than A's %v", b.Token(), a.Token())
-	bq, _, err := s.read("B")
-	if err != nil {
-		return err
-	}
-	if err := s.write("B", b.Token(), append(bq, 1003)); err != nil {
-		return fmt.Errorf("worker B's write: %w", err)
+		return fmt.Errorf("worker A's first update: %w", err)
 	}
 
-	// A wakes up, unaware of the pause, and sends what it prepared. The
-	// service refuses it with 409, and CheckResponse turns the answer back
-	// into the store's *StaleTokenError.
-	say("A", "wakes up, still believes it holds the lock, and sends PUT /queue %s with %s: %v", show(queue), fencehttp.Header, a.Token())
-	status, err := s.api.put(ctx, a.Token(), queue)
+	// A adds order 1002. Between its read and its write, a pause outlasts
+	// its lock's TTL: B acquires the expired lock and adds order 1003.
+	// A's write is refused with 409, which CheckResponse turns back into
+	// the store's *StaleTokenError; update starts over, with a new lock
+	// and a fresh read, so no order is lost.
+	var aToken, bToken fencedlock.Token
+	err = s.update(ctx, "A", func(q []int) ([]int, error) {
+		if aToken == 0 { // the first attempt only
+			aToken = s.tokens["A"]
+			b, err := s.meanwhile(ctx, aToken)
+			if err != nil {
+				return nil, err
+			}
+			bToken = b
+		}
+		return append(q, 1002), nil
+	})
+	if err != nil {
+		return fmt.Errorf("worker A's second update: %w", err)
+	}
+	if len(s.refused) == 0 {
+		return errors.New("the service accepted A's stale write: order 1003 is lost")
+	}
+	r := s.refused[0]
 	var stale *fencedlock.StaleTokenError
 	switch {
-	case err == nil:
-		return errors.New("the service accepted A's stale write: order 1003 is lost")
-	case !errors.Is(err, fencedlock.ErrStaleToken) || !errors.As(err, &stale):
-		return fmt.Errorf("worker A's stale write failed for another reason: %w", err)
-	case status != http.StatusConflict:
-		return fmt.Errorf("worker A's stale write got status %d, want 409", status)
-	case stale.Resource != resource || stale.Token != a.Token() || stale.Current != b.Token():
-		return fmt.Errorf("the rejection reports %q, tokens %v < %v; want %q, %v < %v", stale.Resource, stale.Token, stale.Current, resource, a.Token(), b.Token())
+	case len(s.refused) > 1:
+		return fmt.Errorf("worker A's writes were refused %d times, want once: %w", len(s.refused), s.refused[len(s.refused)-1].err)
+	case !errors.As(r.err, &stale):
+		return fmt.Errorf("worker A's stale write was refused without a *fencedlock.StaleTokenError: %w", r.err)
+	case r.status != http.StatusConflict:
+		return fmt.Errorf("worker A's stale write got status %d, want 409", r.status)
+	case stale.Resource != resource || stale.Token != aToken || stale.Current != bToken:
+		return fmt.Errorf("the rejection reports %q, tokens %v < %v; want %q, %v < %v", stale.Resource, stale.Token, stale.Current, resource, aToken, bToken)
+	case s.tokens["A"] <= bToken:
+		return fmt.Errorf("worker A's new token %v is not higher than B's %v", s.tokens["A"], bToken)
 	}
-	say("A", "%d %s; CheckResponse returns a %T: %v", status, http.StatusText(status), stale, err)
-	say("A", "errors.Is(err, fencedlock.ErrStaleToken): the lock is lost; re-acquire, re-read, retry")
 
-	if err := b.Release(ctx); err != nil {
-		return fmt.Errorf("worker B's release: %w", err)
-	}
-	say("B", "released the lock")
-
-	// A starts over: acquire, re-read, retry.
-	a2, err := s.locker.TryAcquire(ctx, resource, ttl)
-	if err != nil {
-		return fmt.Errorf("worker A could not acquire the lock again: %w", err)
-	}
-	if a2.Token() <= b.Token() {
-		return fmt.Errorf("worker A's new token %v is not higher than B's %v", a2.Token(), b.Token())
-	}
-	say("A", "acquired the lock again with token %v", a2.Token())
-	queue, token, err := s.read("A")
-	if err != nil {
+	if err := s.badRequests(ctx); err != nil {
 		return err
 	}
-	if token != b.Token() {
-		return fmt.Errorf("worker A re-read a queue written with token %v, want B's %v", token, b.Token())
-	}
-	if err := s.write("A", a2.Token(), append(queue, 1002)); err != nil {
-		return fmt.Errorf("worker A's retried write: %w", err)
-	}
-	if err := a2.Release(ctx); err != nil {
-		return fmt.Errorf("worker A's release: %w", err)
-	}
-	say("A", "released the lock")
-
-	// A write without a token is refused too: 400, ErrInvalidToken.
-	status, err = s.api.put(ctx, 0, []int{9999})
-	if status != http.StatusBadRequest || !errors.Is(err, fencedlock.ErrInvalidToken) {
-		return fmt.Errorf("a PUT without a %s header got status %d, %v; want 400 and ErrInvalidToken", fencehttp.Header, status, err)
-	}
-	say("C", "(holds no lock) sends PUT /queue without a %s header: %d %s, errors.Is(err, fencedlock.ErrInvalidToken)", fencehttp.Header, status, http.StatusText(status))
 
 	final, _, err := s.api.get(ctx)
 	if err != nil {
@@ -216,11 +195,156 @@ func (s *story) tell() error {
 	return nil
 }
 
-// read GETs the queue and the token it was written with.
-func (s *story) read(who string) ([]int, fencedlock.Token, error) {
-	q, token, err := s.api.get(s.ctx)
+// meanwhile is what happens while A, holding the lock with aToken, is
+// paused: its lock expires, and B adds order 1003. It returns B's token.
+func (s *story) meanwhile(ctx context.Context, aToken fencedlock.Token) (fencedlock.Token, error) {
+	pause := ttl + time.Second
+	say("A", "pauses (GC, stop-the-world) for %v, longer than the %v TTL; its lock expires in Redis", pause, ttl)
+	s.pause(pause)
+
+	// B finds the lock free and gets a higher token.
+	err := s.update(ctx, "B", func(q []int) ([]int, error) { return append(q, 1003), nil })
 	if err != nil {
-		return nil, 0, fmt.Errorf("worker %s's read: %w", who, err)
+		return 0, fmt.Errorf("worker B's update: %w", err)
+	}
+	bToken := s.tokens["B"]
+	if bToken <= aToken {
+		return 0, fmt.Errorf("worker B's token %v is not higher than A's %v", bToken, aToken)
+	}
+	say("A", "wakes up, still believes it holds the lock with token %v (B's is %v), and sends its write", aToken, bToken)
+	return bToken, nil
+}
+
+// maxAttempts bounds update's attempts.
+const maxAttempts = 3
+
+// update is how a worker changes the queue: acquire the lock, GET the
+// queue, apply change, PUT the result with the lock's token, release.
+// When the service refuses the PUT as stale (errors.Is(err,
+// fencedlock.ErrStaleToken): the lock expired, in a pause say, and
+// another worker wrote since), the queue it read is out of date: update
+// starts over with a new lock and a fresh read, at most maxAttempts times
+// in all. Any other error ends it at once: a 400 or a 413, a
+// *fencehttp.StatusError that matches no sentinel, means the request is
+// wrong, and sending it again would not help.
+func (s *story) update(ctx context.Context, who string, change func(q []int) ([]int, error)) error {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		if attempt > 1 {
+			say(who, "errors.Is(err, fencedlock.ErrStaleToken): the lock is lost; re-acquire, re-read, retry (attempt %d of %d)", attempt, maxAttempts)
+		}
+		err = s.updateOnce(ctx, who, change)
+		if !errors.Is(err, fencedlock.ErrStaleToken) {
+			return err // nil, or not worth retrying
+		}
+	}
+	return fmt.Errorf("gave up after %d attempts: %w", maxAttempts, err)
+}
+
+// updateOnce is one attempt of update.
+func (s *story) updateOnce(ctx context.Context, who string, change func(q []int) ([]int, error)) (err error) {
+	// A worker that may find the lock held would wait for it with
+	// s.locker.Acquire and a deadline on ctx.
+	lock, err := s.locker.TryAcquire(ctx, resource, ttl)
+	if err != nil {
+		return fmt.Errorf("acquiring the lock: %w", err)
+	}
+	s.tokens[who] = lock.Token()
+	say(who, "acquired the lock with token %v", lock.Token())
+	defer func() {
+		// Released even when ctx is done, within a second.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		switch rerr := lock.Release(rctx); {
+		case rerr == nil:
+			say(who, "released the lock")
+		case errors.Is(rerr, fencedlock.ErrLockLost):
+			say(who, "released nothing: the lock was lost")
+		case err == nil:
+			err = fmt.Errorf("releasing the lock: %w", rerr)
+		}
+	}()
+
+	q, _, err := s.read(ctx, who)
+	if err != nil {
+		return err
+	}
+	if q, err = change(q); err != nil {
+		return err
+	}
+	status, err := s.api.put(ctx, lock.Token(), q)
+	say(who, "PUT /queue %s with %s: %v: %d %s", show(q), fencehttp.Header, lock.Token(), status, http.StatusText(status))
+	if err != nil {
+		if errors.Is(err, fencedlock.ErrStaleToken) {
+			s.refused = append(s.refused, refusal{status, err})
+		}
+		say(who, "CheckResponse returns a %T: %v", err, err)
+		return fmt.Errorf("writing the queue: %w", err)
+	}
+	return nil
+}
+
+// badRequests sends requests the service refuses as bad: without a
+// token, 400 with fencedlock.ErrInvalidToken; with a body that is not a
+// JSON array, 400, and with one above the limit, 413, both answered by
+// the service itself: a *fencehttp.StatusError that matches no sentinel,
+// which update does not retry.
+func (s *story) badRequests(ctx context.Context) error {
+	status, err := s.api.put(ctx, 0, []int{9999})
+	if status != http.StatusBadRequest || !errors.Is(err, fencedlock.ErrInvalidToken) {
+		return fmt.Errorf("a PUT without a %s header got status %d, %v; want 400 and ErrInvalidToken", fencehttp.Header, status, err)
+	}
+	say("C", "(holds no lock) sends PUT /queue without a %s header: %d %s, errors.Is(err, fencedlock.ErrInvalidToken)", fencehttp.Header, status, http.StatusText(status))
+
+	lock, err := s.locker.TryAcquire(ctx, resource, ttl)
+	if err != nil {
+		return fmt.Errorf("worker C could not acquire the lock: %w", err)
+	}
+	say("C", "acquired the lock with token %v", lock.Token())
+	body := `{"order":9999}`
+	status, err = s.api.send(ctx, lock.Token(), []byte(body))
+	var statusErr *fencehttp.StatusError
+	if status != http.StatusBadRequest || !errors.As(err, &statusErr) || matchesSentinel(err) {
+		return fmt.Errorf("worker C's PUT of %s got status %d, %v; want 400 and a *fencehttp.StatusError matching no sentinel", body, status, err)
+	}
+	say("C", "PUT /queue %s: %d %s, a %T matching no sentinel", body, status, http.StatusText(status), statusErr)
+	if err := lock.Release(ctx); err != nil {
+		return fmt.Errorf("worker C's release: %w", err)
+	}
+	say("C", "released the lock")
+
+	// Too many orders at once: more than 1 MiB of JSON.
+	attempts := 0
+	err = s.update(ctx, "C", func(q []int) ([]int, error) {
+		attempts++
+		for len(q) < maxBody/4 {
+			q = append(q, 9999)
+		}
+		return q, nil
+	})
+	if !errors.As(err, &statusErr) || statusErr.StatusCode != http.StatusRequestEntityTooLarge || matchesSentinel(err) || attempts != 1 {
+		return fmt.Errorf("worker C's update of more than 1 MiB got %v after %d attempts; want one attempt and a 413 *fencehttp.StatusError matching no sentinel", err, attempts)
+	}
+	say("C", "a bad request: update returns the %T at once, without a retry", statusErr)
+	return nil
+}
+
+// matchesSentinel reports whether err matches one of the sentinel errors
+// CheckResponse can map a response to.
+func matchesSentinel(err error) bool {
+	for _, s := range []error{fencedlock.ErrStaleToken, fencedlock.ErrInvalidToken, fencedlock.ErrNotFound, fencedlock.ErrInvalidArgument} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// read GETs the queue and the token it was written with.
+func (s *story) read(ctx context.Context, who string) ([]int, fencedlock.Token, error) {
+	q, token, err := s.api.get(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the queue: %w", err)
 	}
 	if token == 0 {
 		say(who, "GET /queue: 404, empty")
@@ -228,16 +352,6 @@ func (s *story) read(who string) ([]int, fencedlock.Token, error) {
 		say(who, "GET /queue: %s, written with token %v", show(q), token)
 	}
 	return q, token, nil
-}
-
-// write PUTs the queue with the lock's token.
-func (s *story) write(who string, token fencedlock.Token, q []int) error {
-	status, err := s.api.put(s.ctx, token, q)
-	if err != nil {
-		return err
-	}
-	say(who, "PUT /queue %s with %s: %v: %d %s", show(q), fencehttp.Header, token, status, http.StatusText(status))
-	return nil
 }
 
 // service is the order service. GET /queue returns the queue with the
@@ -248,6 +362,9 @@ func (s *story) write(who string, token fencedlock.Token, q []int) error {
 type service struct {
 	store fencedlock.Store
 }
+
+// maxBody is the largest body PUT /queue takes: 1 MiB.
+const maxBody = 1 << 20
 
 func (s *service) queue(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
@@ -261,33 +378,43 @@ func (s *service) queue(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(value)
 	case http.MethodPut:
-		token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
-		if err == nil {
-			err = s.put(w, r, token)
-		}
-		if err != nil {
-			fencehttp.WriteError(w, err) // stale: 409 with both tokens
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		s.put(w, r)
 	default:
 		w.Header().Set("Allow", "GET, PUT")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
 }
 
-// put checks the body and stores it with token; the store refuses a token
-// lower than the queue's.
-func (s *service) put(w http.ResponseWriter, r *http.Request, token fencedlock.Token) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+// put checks the request's token and body, and stores the body with the
+// token; the store refuses a token lower than the queue's. Errors in the
+// body are the client's, and answered here: WriteError answers the
+// token's and the store's.
+func (s *service) put(w http.ResponseWriter, r *http.Request) {
+	token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
 	if err != nil {
-		return fmt.Errorf("%w: reading the body: %v", fencedlock.ErrInvalidArgument, err)
+		fencehttp.WriteError(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		http.Error(w, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit), http.StatusRequestEntityTooLarge)
+		return
+	case err != nil:
+		http.Error(w, "the body could not be read", http.StatusBadRequest)
+		return
 	}
 	var orders []int
 	if err := json.Unmarshal(body, &orders); err != nil {
-		return fmt.Errorf("%w: the body is not a JSON array of order numbers: %v", fencedlock.ErrInvalidArgument, err)
+		http.Error(w, "the body is not a JSON array of order numbers", http.StatusBadRequest)
+		return
 	}
-	return s.store.Put(r.Context(), resource, token, body)
+	if err := s.store.Put(r.Context(), resource, token, body); err != nil {
+		fencehttp.WriteError(w, err) // stale: 409 with both tokens
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // server runs the service on a loopback port.
@@ -367,7 +494,13 @@ func (c *queueAPI) get(ctx context.Context) ([]int, fencedlock.Token, error) {
 // and returns the response's status. A refusal is the error CheckResponse
 // makes of it: a *fencedlock.StaleTokenError for 409.
 func (c *queueAPI) put(ctx context.Context, token fencedlock.Token, q []int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.url, bytes.NewReader(encode(q)))
+	return c.send(ctx, token, encode(q))
+}
+
+// send PUTs body as it is, with token, and returns the response's status
+// and CheckResponse's error.
+func (c *queueAPI) send(ctx context.Context, token fencedlock.Token, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -378,10 +511,12 @@ func (c *queueAPI) put(ctx context.Context, token fencedlock.Token, q []int) (in
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if err := fencehttp.CheckResponse(resp); err != nil {
-		return resp.StatusCode, err
+	err = fencehttp.CheckResponse(resp)
+	// Read to the end (CheckResponse left the body whole), so that the
+	// connection is reused.
+	if _, cerr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody)); err == nil {
+		err = cerr
 	}
-	_, err = io.Copy(io.Discard, resp.Body) // so that the connection is reused
 	return resp.StatusCode, err
 }
 
@@ -411,7 +546,13 @@ func encode(q []int) []byte {
 	return b
 }
 
-func show(q []int) string { return string(encode(q)) }
+// show returns q in JSON, abridged when it is long.
+func show(q []int) string {
+	if len(q) > 8 {
+		return fmt.Sprintf("%s,...] (%d orders)", strings.TrimSuffix(string(encode(q[:3])), "]"), len(q))
+	}
+	return string(encode(q))
+}
 
 func say(who, format string, args ...any) {
 	fmt.Printf("%-3s "+format+"\n", append([]any{who + ":"}, args...)...)
