@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,14 +22,16 @@ const (
 	txSpread     = 12 // how far a token may be above the rising base
 )
 
-// txCall is one Tx of TestTxConcurrent. inv and resp are ticks of a
-// shared counter taken just before the call and just after it returned:
-// call a returned before call b began when a.resp < b.inv.
+// txCall is one Tx or Put of TestTxConcurrent and
+// TestTxAndPutConcurrent. inv and resp are ticks of a shared counter
+// taken just before the call and just after it returned: call a returned
+// before call b began when a.resp < b.inv.
 type txCall struct {
 	id        int64
+	put       bool // a Put of the value id, not a Tx
 	token     fencedlock.Token
 	inv, resp int64
-	ran       bool // fn was called
+	ran       bool // fn was called (Tx)
 	err       error
 }
 
@@ -47,75 +50,132 @@ type txCall struct {
 //     token of a call accepted before it began;
 //   - the fence ends at the highest accepted token.
 func TestTxConcurrent(t *testing.T) {
-	eachDialect(t, func(t *testing.T, b *backend) {
-		ctx := testCtx(t)
-		s := b.newStore(t)
-		ledger := b.name(t, "ledger")
-		b.exec(t, `CREATE TABLE `+ledger+` (resource TEXT NOT NULL, seq BIGINT NOT NULL, token BIGINT NOT NULL, call BIGINT NOT NULL, PRIMARY KEY (resource, seq))`)
-		const r = "concurrent"
-		nextSeq := b.sql(`SELECT COALESCE(MAX(seq), 0) + 1 FROM ` + ledger + ` WHERE resource = $1`)
-		insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call) VALUES ($1, $2, $3, $4)`)
-
-		seed := time.Now().UnixNano()
-		t.Logf("%d goroutines, %d Tx calls each, tokens drawn with seed %d", txGoroutines, txCalls, seed)
-		var (
-			base, tick atomic.Int64
-			wg         sync.WaitGroup
-			start      = make(chan struct{})
-			results    = make([][]txCall, txGoroutines)
-		)
-		for g := 0; g < txGoroutines; g++ {
-			g := g
-			rng := rand.New(rand.NewSource(seed + int64(g)))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				for i := 0; i < txCalls; i++ {
-					c := txCall{id: int64(g*txCalls + i + 1)}
-					c.token = fencedlock.Token(base.Add(1) + rng.Int63n(txSpread))
-					c.inv = tick.Add(1)
-					c.err = s.Tx(ctx, r, c.token, func(tx *sql.Tx) error {
-						c.ran = true
-						var seq int64
-						if err := tx.QueryRowContext(ctx, nextSeq, r).Scan(&seq); err != nil {
-							return err
-						}
-						// Now and then a pause between the read and the
-						// write, to widen the window a broken lock leaves.
-						if rng.Intn(4) == 0 {
-							time.Sleep(200 * time.Microsecond)
-						}
-						_, err := tx.ExecContext(ctx, insert, r, seq, int64(c.token), c.id)
-						return err
-					})
-					c.resp = tick.Add(1)
-					results[g] = append(results[g], c)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-
-		var all []txCall
-		for _, rs := range results {
-			all = append(all, rs...)
-		}
-		checkTxCalls(t, b, all, ledger, r)
-		var max fencedlock.Token
-		for _, c := range all {
-			if c.err == nil && c.token > max {
-				max = c.token
-			}
-		}
-		if f, err := s.Fence(ctx, r); err != nil || f != max {
-			t.Errorf("Fence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
-		}
-	})
+	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, 0) })
 }
 
-// checkTxCalls checks the calls of TestTxConcurrent and the ledger they
-// wrote.
+// TestTxConcurrent with one call in three a Put instead of a Tx, on the
+// same resource: Put and Tx share the fence and the lock, so the checks
+// of TestTxConcurrent hold for all the calls, Puts included (a refusal's
+// Current may be a Put's token, and no call is accepted below a Put
+// accepted before it began), and besides:
+//
+//   - each Tx's fn reads the value token of the Store's row and writes it
+//     in its ledger row: it is never above the Tx's token, never goes
+//     down along the ledger, is 0 or the token of an accepted Put, and is
+//     not below the token of a Put accepted before the Tx began;
+//   - Get returns, at the end, a value that an accepted Put with the
+//     highest accepted Put token wrote, with that token.
+func TestTxAndPutConcurrent(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, 3) })
+}
+
+// runConcurrent runs the calls of TestTxConcurrent on a fresh table, one
+// call in putEvery a Put (none when putEvery is 0), and checks them.
+func runConcurrent(t *testing.T, b *backend, putEvery int) {
+	ctx := testCtx(t)
+	s := b.newStore(t)
+	ledger := b.name(t, "ledger")
+	b.exec(t, `CREATE TABLE `+ledger+` (resource TEXT NOT NULL, seq BIGINT NOT NULL, token BIGINT NOT NULL, call BIGINT NOT NULL, seen BIGINT NOT NULL, PRIMARY KEY (resource, seq))`)
+	const r = "concurrent"
+	nextSeq := b.sql(`SELECT COALESCE(MAX(seq), 0) + 1 FROM ` + ledger + ` WHERE resource = $1`)
+	valueToken := b.sql(`SELECT COALESCE(value_token, 0) FROM ` + s.Table() + ` WHERE resource = $1`)
+	insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call, seen) VALUES ($1, $2, $3, $4, $5)`)
+
+	seed := time.Now().UnixNano()
+	puts := "no Put"
+	if putEvery > 0 {
+		puts = "one in " + strconv.Itoa(putEvery) + " a Put"
+	}
+	t.Logf("%d goroutines, %d calls each (%s), tokens drawn with seed %d", txGoroutines, txCalls, puts, seed)
+	var (
+		base, tick atomic.Int64
+		wg         sync.WaitGroup
+		start      = make(chan struct{})
+		results    = make([][]txCall, txGoroutines)
+	)
+	for g := 0; g < txGoroutines; g++ {
+		g := g
+		rng := rand.New(rand.NewSource(seed + int64(g)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < txCalls; i++ {
+				c := txCall{id: int64(g*txCalls + i + 1)}
+				c.put = putEvery > 0 && rng.Intn(putEvery) == 0
+				c.token = fencedlock.Token(base.Add(1) + rng.Int63n(txSpread))
+				pause := rng.Intn(4) == 0
+				c.inv = tick.Add(1)
+				if c.put {
+					c.err = s.Put(ctx, r, c.token, []byte(strconv.FormatInt(c.id, 10)))
+					c.resp = tick.Add(1)
+					results[g] = append(results[g], c)
+					continue
+				}
+				c.err = s.Tx(ctx, r, c.token, func(tx *sql.Tx) error {
+					c.ran = true
+					var seq, seen int64
+					if err := tx.QueryRowContext(ctx, nextSeq, r).Scan(&seq); err != nil {
+						return err
+					}
+					if err := tx.QueryRowContext(ctx, valueToken, r).Scan(&seen); err != nil {
+						return err
+					}
+					// Now and then a pause between the reads and the
+					// write, to widen the window a broken lock leaves.
+					if pause {
+						time.Sleep(200 * time.Microsecond)
+					}
+					_, err := tx.ExecContext(ctx, insert, r, seq, int64(c.token), c.id, seen)
+					return err
+				})
+				c.resp = tick.Add(1)
+				results[g] = append(results[g], c)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	var all []txCall
+	for _, rs := range results {
+		all = append(all, rs...)
+	}
+	checkTxCalls(t, b, all, ledger, r)
+	var max, maxPut fencedlock.Token
+	putValues := make(map[string]fencedlock.Token) // of the accepted Puts
+	for _, c := range all {
+		if c.err == nil && c.token > max {
+			max = c.token
+		}
+		if c.err == nil && c.put {
+			putValues[strconv.FormatInt(c.id, 10)] = c.token
+			if c.token > maxPut {
+				maxPut = c.token
+			}
+		}
+	}
+	if f, err := s.Fence(ctx, r); err != nil || f != max {
+		t.Errorf("Fence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
+	}
+	if putEvery > 0 {
+		v, tok, err := s.Get(ctx, r)
+		if tokV, ok := putValues[string(v)]; err != nil || tok != maxPut || !ok || tokV != tok {
+			t.Errorf("Get = (%q, %d, %v) at the end; want the value of an accepted Put with token %d, the highest accepted Put token", v, tok, err, maxPut)
+		}
+	}
+}
+
+// kind returns "Tx" or "Put".
+func (c txCall) kind() string {
+	if c.put {
+		return "Put"
+	}
+	return "Tx"
+}
+
+// checkTxCalls checks the calls of TestTxConcurrent (and
+// TestTxAndPutConcurrent) and the ledger they wrote.
 func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 	t.Helper()
 	// Each check reports at most five violations, so that every check
@@ -133,7 +193,9 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 
 	accepted := make(map[int64]txCall)
 	committed := make(map[fencedlock.Token]bool)
+	putTokens := make(map[fencedlock.Token]bool) // of the accepted Puts
 	var acceptedCalls, refused []txCall
+	var putsAccepted, putsRefused int
 	for _, c := range all {
 		var se *fencedlock.StaleTokenError
 		switch {
@@ -141,24 +203,34 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 			accepted[c.id] = c
 			acceptedCalls = append(acceptedCalls, c)
 			committed[c.token] = true
-			if !c.ran {
-				report("calls", "call %d (token %d) was accepted without running fn", c.id, c.token)
+			if c.put {
+				putTokens[c.token] = true
+				putsAccepted++
+			}
+			if !c.ran && !c.put {
+				report("calls", "Tx call %d (token %d) was accepted without running fn", c.id, c.token)
 			}
 		case errors.As(c.err, &se):
 			refused = append(refused, c)
+			if c.put {
+				putsRefused++
+			}
 			if c.ran {
-				report("calls", "call %d (token %d) was refused (%v) after running fn", c.id, c.token, c.err)
+				report("calls", "Tx call %d (token %d) was refused (%v) after running fn", c.id, c.token, c.err)
 			}
 			if se.Resource != r || se.Token != c.token || se.Current <= c.token {
-				report("calls", "call %d (token %d): StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current above it}", c.id, c.token, se.Resource, se.Token, se.Current, r, c.token)
+				report("calls", "%s call %d (token %d): StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current above it}", c.kind(), c.id, c.token, se.Resource, se.Token, se.Current, r, c.token)
 			}
 		default:
-			report("calls", "call %d (token %d, fn ran: %v) = %v; want nil or a *fencedlock.StaleTokenError", c.id, c.token, c.ran, c.err)
+			report("calls", "%s call %d (token %d, fn ran: %v) = %v; want nil or a *fencedlock.StaleTokenError", c.kind(), c.id, c.token, c.ran, c.err)
 		}
 	}
-	t.Logf("%d calls accepted, %d refused", len(acceptedCalls), len(refused))
+	t.Logf("%d calls accepted, %d refused; of them Puts: %d accepted, %d refused", len(acceptedCalls), len(refused), putsAccepted, putsRefused)
 	if len(acceptedCalls) < txGoroutines || len(refused) == 0 {
-		t.Errorf("%d calls accepted, %d refused: the test did not make Tx calls race", len(acceptedCalls), len(refused))
+		t.Errorf("%d calls accepted, %d refused: the test did not make the calls race", len(acceptedCalls), len(refused))
+	}
+	if putsAccepted+putsRefused > 0 && (putsAccepted == 0 || putsRefused == 0) {
+		t.Errorf("%d Puts accepted, %d refused: the test did not make Puts race with Tx calls", putsAccepted, putsRefused)
 	}
 	for _, c := range refused {
 		var se *fencedlock.StaleTokenError
@@ -167,46 +239,48 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 		}
 	}
 
-	// Real time: the highest token accepted before a call began.
+	// Real time: the highest token accepted (by any call, or by a Put)
+	// before a call began.
 	sort.Slice(acceptedCalls, func(i, j int) bool { return acceptedCalls[i].resp < acceptedCalls[j].resp })
-	highestBefore := func(inv int64) (fencedlock.Token, int64) {
+	highestBefore := func(inv int64, putsOnly bool) (fencedlock.Token, int64) {
 		var hi fencedlock.Token
 		var id int64
 		for _, a := range acceptedCalls {
 			if a.resp >= inv {
 				break
 			}
-			if a.token > hi {
+			if a.token > hi && (a.put || !putsOnly) {
 				hi, id = a.token, a.id
 			}
 		}
 		return hi, id
 	}
 	for _, c := range all {
-		hi, id := highestBefore(c.inv)
+		hi, id := highestBefore(c.inv, false)
 		var se *fencedlock.StaleTokenError
 		switch {
 		case c.err == nil && c.token < hi:
-			report("real time", "call %d was accepted with token %d after call %d with token %d had been accepted", c.id, c.token, id, hi)
+			report("real time", "%s call %d was accepted with token %d after %s call %d with token %d had been accepted", c.kind(), c.id, c.token, accepted[id].kind(), id, hi)
 		case errors.As(c.err, &se) && se.Current < hi:
-			report("real time", "call %d was refused with Current %d after call %d with token %d had been accepted", c.id, se.Current, id, hi)
+			report("real time", "%s call %d was refused with Current %d after %s call %d with token %d had been accepted", c.kind(), c.id, se.Current, accepted[id].kind(), id, hi)
 		}
 	}
 
 	// The ledger in commit order.
-	rows, err := b.db.Query(b.sql(`SELECT seq, token, call FROM `+ledger+` WHERE resource = $1 ORDER BY seq`), r)
+	rows, err := b.db.Query(b.sql(`SELECT seq, token, call, seen FROM `+ledger+` WHERE resource = $1 ORDER BY seq`), r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	seen := make(map[int64]bool)
 	var (
-		n    int64
-		prev txCall
+		n             int64
+		prev          txCall
+		prevValueSeen fencedlock.Token
 	)
 	for rows.Next() {
-		var seq, token, call int64
-		if err := rows.Scan(&seq, &token, &call); err != nil {
+		var seq, token, call, valueSeen int64
+		if err := rows.Scan(&seq, &token, &call, &valueSeen); err != nil {
 			t.Fatal(err)
 		}
 		n++
@@ -217,6 +291,8 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 		switch {
 		case !ok:
 			report("ledger", "ledger row %d was written by call %d, which was not accepted", seq, call)
+		case c.put:
+			report("ledger", "ledger row %d was written by call %d, a Put", seq, call)
 		case seen[call]:
 			report("ledger", "ledger row %d: call %d wrote two rows", seq, call)
 		case fencedlock.Token(token) != c.token:
@@ -227,13 +303,29 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 			report("ledger", "ledger row %d (call %d, token %d) was committed after row %d (call %d, token %d): the tokens went down", seq, call, token, seq-1, prev.id, prev.token)
 		}
 		prev = txCall{id: call, token: fencedlock.Token(token)}
+
+		// The value token the Tx saw: the token of the last Put
+		// committed before it.
+		vs := fencedlock.Token(valueSeen)
+		switch {
+		case vs > fencedlock.Token(token):
+			report("puts", "ledger row %d: Tx call %d (token %d) saw value token %d, above its own", seq, call, token, vs)
+		case vs != 0 && !putTokens[vs]:
+			report("puts", "ledger row %d: Tx call %d saw value token %d, which no accepted Put used", seq, call, vs)
+		case vs < prevValueSeen:
+			report("puts", "ledger row %d: Tx call %d saw value token %d, below the %d that row %d saw", seq, call, vs, prevValueSeen, seq-1)
+		}
+		if hi, id := highestBefore(c.inv, true); ok && vs < hi {
+			report("puts", "ledger row %d: Tx call %d saw value token %d after Put call %d with token %d had been accepted", seq, call, vs, id, hi)
+		}
+		prevValueSeen = vs
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	for id, c := range accepted {
-		if !seen[id] {
-			report("ledger", "call %d (token %d) was accepted but its ledger row is missing", id, c.token)
+		if !seen[id] && !c.put {
+			report("ledger", "Tx call %d (token %d) was accepted but its ledger row is missing", id, c.token)
 		}
 	}
 }

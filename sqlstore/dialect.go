@@ -130,6 +130,28 @@ func validTable(name string) string {
 	return ""
 }
 
+// tempSchema returns the schema of table, a name validTable accepted, when
+// it is a schema of one connection's temporary tables in dialect d, and
+// "" otherwise. Such a schema differs from one connection to the next, so
+// the connections of a pool would not share the fences. It compares
+// without regard to case, as SQLite does. (validTable accepts lower case
+// only, so in PostgreSQL, which compares quoted names exactly, that
+// refuses nothing more.)
+func tempSchema(d Dialect, table string) string {
+	schema, _, ok := strings.Cut(table, ".")
+	if !ok {
+		return ""
+	}
+	lower := strings.ToLower(schema)
+	switch {
+	case d == SQLite && lower == "temp":
+		return schema
+	case d == Postgres && strings.HasPrefix(lower, "pg_temp"):
+		return schema
+	}
+	return ""
+}
+
 // quoteTable quotes each part of a name validTable accepted, so that SQL
 // keywords ("order", "user") work as names too. The name is lower case,
 // so the quoted name is the one an unquoted name means in PostgreSQL.

@@ -45,7 +45,18 @@
 // alone, so after a Tx with a higher token Get still returns the older
 // value and its token, while Put with a token below the new fence is
 // refused; a resource that only Tx has used has a fence and no value, and
-// Get reports [fencedlock.ErrNotFound] for it. Rows are never deleted.
+// Get reports [fencedlock.ErrNotFound] for it.
+//
+// The Store never deletes a row, and nothing else should: the row is
+// where the fence lives. Deleting a resource's row forgets its fence, and
+// the next Put or Tx on the resource is accepted with any token, lower
+// ones included, so that a holder whose lock expired long ago can write
+// again.
+//
+// New creates the table when it is missing, unless [WithCreateTable](false),
+// and checks it: it must have these columns, and a primary key or unique
+// constraint on resource alone, which the INSERT ... ON CONFLICT
+// (resource) of Put and Tx needs.
 //
 // Tokens are stored as SQL BIGINT, which is signed: tokens above
 // [MaxToken] (2^63-1) are refused with [fencedlock.ErrInvalidToken].
@@ -87,8 +98,11 @@
 //     level, READ COMMITTED, where each statement of fn also sees the
 //     writes earlier transactions on the resource committed. Under
 //     REPEATABLE READ or SERIALIZABLE (default_transaction_isolation) a Tx
-//     that waited for another fails with a serialization error (SQLSTATE
-//     40001) instead: retry it. The wait for the lock ends when ctx does.
+//     or a Put that waited for another Tx or Put on the resource fails
+//     with a serialization error (SQLSTATE 40001, "could not serialize
+//     access due to concurrent update") instead of meeting the fence the
+//     other committed, without writing anything: retry it. The wait for
+//     the lock ends when ctx does.
 //   - SQLite: a database has one writer at a time. The upsert being the
 //     transaction's first statement, the transaction takes the write lock
 //     at once and keeps it to its end, so every Tx and Put on the database
@@ -112,9 +126,26 @@
 // ends: modernc.org/sqlite does not interrupt it.
 //
 // database/sql opens several connections to one DSN, and every
-// connection to ":memory:" opens a database of its own: use a file, or
-// db.SetMaxOpenConns(1) for an in-memory database (fn must then use only
-// tx, since the one connection is busy with it).
+// connection to ":memory:" (or "file::memory:") opens a database of its
+// own, which the other connections do not see and which is gone when that
+// connection closes. Use a file, or an in-memory database that all the
+// connections of the process share: with modernc.org/sqlite, the memdb
+// VFS (the name starts with a slash),
+//
+//	file:/app?vfs=memdb&_pragma=busy_timeout(5000)
+//
+// It lives while a connection to it is open: keep one open as long as the
+// data is needed (the pool closes its idle connections when
+// db.SetMaxIdleConns(0), db.SetConnMaxLifetime or db.SetConnMaxIdleTime
+// says so), e.g. a *sql.Conn taken from db. It has no WAL mode, and a
+// write transaction keeps readers out: a Get waits for a Tx to end, within
+// the busy timeout, and fn must not even read through db.
+//
+// A ":memory:" database with db.SetMaxOpenConns(1) works too, with fn
+// using only tx (the one connection is busy with it), as long as that
+// connection is never closed. Tx does not close it when ctx ends or the
+// commit fails (it rolls back on it instead), but a connection that
+// breaks, or that the pool retires, takes the database with it.
 //
 // # Writing in Tx
 //

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fencedlock/fencedlock"
@@ -58,11 +59,20 @@ type config struct {
 
 // WithTable sets the table that holds the fences and values. The default
 // is DefaultTable. name is one or two dot-separated identifiers (table, or
-// schema.table; for SQLite the schema is an attached database's name), of
-// lower-case ASCII letters, digits and underscores, each starting with a
-// letter or underscore and at most 63 bytes long; the Store quotes them in
-// its SQL. Any other name makes New return an error wrapping
-// fencedlock.ErrInvalidArgument.
+// schema.table), of lower-case ASCII letters, digits and underscores, each
+// starting with a letter or underscore and at most 63 bytes long; the
+// Store quotes them in its SQL. Any other name makes New return an error
+// wrapping fencedlock.ErrInvalidArgument.
+//
+// The schema must be one that every connection of the pool sees alike, so
+// that all of them share the fences. New refuses, with an error wrapping
+// fencedlock.ErrInvalidArgument, the schemas of a connection's own
+// temporary tables: "temp" in SQLite, and "pg_temp" and the other names
+// starting with "pg_temp" in PostgreSQL. In SQLite a schema other than
+// "main" is an attached database, and ATTACH holds for one connection
+// only: attach it on every connection the pool opens (e.g. in the
+// driver's connection hook), or the connections without it fail with "no
+// such table".
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if why := validTable(name); why != "" {
@@ -76,7 +86,8 @@ func WithTable(name string) Option {
 // WithCreateTable sets whether New creates the table when it is missing.
 // The default is true. Pass false when the table is made by migrations
 // or the database user may not create tables; New then only checks that
-// the table exists with the columns the Store needs.
+// the table exists with the columns the Store needs and a primary key or
+// unique constraint on resource alone.
 func WithCreateTable(create bool) Option {
 	return func(c *config) error {
 		c.create = create
@@ -91,11 +102,16 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 
 // NewContext returns a Store on db, in dialect d, configured by opts. It
 // creates the table (CREATE TABLE IF NOT EXISTS, unless
-// WithCreateTable(false)) and checks that the table has the Store's
-// columns. ctx bounds that work; the Store does not keep it.
+// WithCreateTable(false)) and checks that the table fits: that it has the
+// Store's columns, and a primary key or unique constraint on resource that
+// the Store's INSERT ... ON CONFLICT (resource) can use (New has the
+// database plan the Put statement, with EXPLAIN, which does not run it).
+// A table that existed before is checked the same way. ctx bounds that
+// work; the Store does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
-// other than SQLite and Postgres, or an invalid option returns an error
+// other than SQLite and Postgres, or an invalid option (a table in a
+// connection's temporary schema included: see WithTable) returns an error
 // wrapping fencedlock.ErrInvalidArgument, before the database is used. A
 // failure to create or check the table returns the database's error,
 // wrapped; the table may then exist or not.
@@ -115,29 +131,49 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 			return nil, err
 		}
 	}
+	if schema := tempSchema(d, c.table); schema != "" {
+		return nil, fmt.Errorf("%w: sqlstore: table name %q: %q is the schema of a connection's own temporary tables, which the other connections do not see", fencedlock.ErrInvalidArgument, c.table, schema)
+	}
 	s := &Store{db: db, dialect: d, table: c.table, q: newQueries(d, c.table)}
 	if c.create {
 		if _, err := db.ExecContext(ctx, s.q.create); err != nil {
 			// Two processes creating the table at once can make one
 			// CREATE fail in PostgreSQL; the table is there all the same.
-			if s.probe(ctx) == nil {
+			if s.fits(ctx) == nil {
 				return s, nil
 			}
 			return nil, fmt.Errorf("sqlstore: creating table %s: %w", s.table, err)
 		}
 	}
-	if err := s.probe(ctx); err != nil {
-		return nil, fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
+	if err := s.fits(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) probe(ctx context.Context) error {
+// fits checks that the Store's table has its columns, and a unique index
+// on resource for the ON CONFLICT (resource) of Put and Tx: it selects
+// the columns, then has the database plan the put statement with
+// EXPLAIN, which fails when no unique index matches (SQLite: "ON CONFLICT
+// clause does not match any PRIMARY KEY or UNIQUE constraint"; PostgreSQL:
+// "there is no unique or exclusion constraint matching the ON CONFLICT
+// specification") and writes nothing.
+func (s *Store) fits(ctx context.Context) error {
 	rows, err := s.db.QueryContext(ctx, s.q.probe)
-	if err != nil {
-		return err
+	if err == nil {
+		err = rows.Close()
 	}
-	return rows.Close()
+	if err != nil {
+		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
+	}
+	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, "", int64(1), []byte{})
+	if err == nil {
+		err = rows.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("sqlstore: table %s: planning the Put statement, whose ON CONFLICT (resource) needs a primary key or unique constraint on resource: %w", s.table, err)
+	}
+	return nil
 }
 
 // Table returns the name of the Store's table, as WithTable was given it
@@ -339,10 +375,16 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 // whether the transaction was committed is then unknown only when the
 // connection broke during the commit.
 //
-// Tx takes a connection of its own from db's pool for the transaction.
-// After a failed commit or rollback it closes that connection instead of
-// returning it to the pool, since a driver may have left the transaction
-// open on it (modernc.org/sqlite does after a failed COMMIT).
+// Tx takes a connection of its own from db's pool for the transaction, and
+// returns it to the pool outside any transaction. A commit or rollback
+// can fail and leave the transaction open on the connection
+// (modernc.org/sqlite does after a failed COMMIT, e.g. of a deferred
+// foreign key): then Tx runs ROLLBACK on the connection, with a timeout
+// of a few seconds of its own since ctx may have ended, and closes the
+// connection instead of returning it only when that ROLLBACK fails too.
+// When ctx ended before the commit, database/sql has rolled back already,
+// and the connection goes back to the pool. (Closing the only connection
+// to an in-memory SQLite database would destroy the database.)
 func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -353,11 +395,11 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	if fn == nil {
 		return fmt.Errorf("%w: sqlstore: Tx with a nil fn", fencedlock.ErrInvalidArgument)
 	}
-	// A connection of its own, so that Tx can discard it when a commit
-	// or rollback fails: some drivers leave the transaction open then
-	// (modernc.org/sqlite after a failed COMMIT), and database/sql would
-	// hand the connection, still in the transaction and holding its
-	// locks, to the next caller.
+	// A connection of its own, so that Tx can end the transaction on it
+	// when a commit or rollback fails, or discard it: some drivers leave
+	// the transaction open then (modernc.org/sqlite after a failed
+	// COMMIT), and database/sql would hand the connection, still in the
+	// transaction and holding its locks, to the next caller.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return dbErr(ctx, "tx", resource, "", err)
@@ -378,8 +420,8 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 		// Runs on every return before the commit, and while a panic
 		// of fn unwinds the stack (or fn calls runtime.Goexit).
 		if !done {
-			if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-				discard = true
+			if err := tx.Rollback(); err != nil && !rolledBack(ctx, err) {
+				discard = !s.rollback(conn)
 			}
 		}
 	}()
@@ -399,8 +441,43 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
-		discard = true
+		if !rolledBack(ctx, err) {
+			discard = !s.rollback(conn)
+		}
 		return dbErr(ctx, "tx", resource, "commit: ", err)
 	}
 	return nil
+}
+
+// rolledBack reports whether err, the error of tx.Commit or tx.Rollback
+// in Tx, says that database/sql rolled the transaction back itself: when
+// ctx ends, it rolls back, and Commit returns ctx.Err() or
+// sql.ErrTxDone, Rollback sql.ErrTxDone.
+func rolledBack(ctx context.Context, err error) bool {
+	if errors.Is(err, sql.ErrTxDone) {
+		return true
+	}
+	cerr := ctx.Err()
+	return cerr != nil && errors.Is(err, cerr)
+}
+
+// rollbackTimeout bounds the ROLLBACK that Tx runs on its connection
+// after a failed commit or rollback.
+const rollbackTimeout = 5 * time.Second
+
+// rollback runs ROLLBACK on conn, after a commit or rollback of Tx that
+// failed, and reports whether conn is now outside any transaction, so
+// that it may go back to the pool. It uses a detached context of its own:
+// ctx may have ended. SQLite refuses a ROLLBACK outside a transaction
+// ("cannot rollback - no transaction is active"): the failed statement
+// may have ended the transaction, and that is success too. PostgreSQL
+// only warns.
+func (s *Store) rollback(conn *sql.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	_, err := conn.ExecContext(ctx, "ROLLBACK")
+	if err == nil {
+		return true
+	}
+	return s.dialect == SQLite && strings.Contains(err.Error(), "no transaction is active")
 }

@@ -45,6 +45,13 @@ func TestNewRefusesBadArguments(t *testing.T) {
 		{"trailing dot", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("a.")}, "an empty part"},
 		{"too long", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("a", 64))}, "longer than 63 bytes"},
 		{"non-ASCII", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("zäune")}, "character"},
+		// The schemas of a connection's own temporary tables; upper case
+		// is refused as any other upper-case name.
+		{"sqlite temp", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("temp.fences")}, `"temp" is the schema of a connection's own temporary tables`},
+		{"sqlite TEMP", db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("TEMP.fences")}, "character 'T'"},
+		{"postgres pg_temp", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_temp.fences")}, `"pg_temp" is the schema of a connection's own temporary tables`},
+		{"postgres pg_temp_3", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_temp_3.fences")}, `"pg_temp_3" is the schema`},
+		{"postgres pg_tempx", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_tempx.fences")}, `"pg_tempx" is the schema`},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
@@ -147,6 +154,63 @@ func TestNewOptions(t *testing.T) {
 				t.Fatalf("New(WithCreateTable(false)) on an existing table: %v", err)
 			}
 			put(s)
+		})
+
+		t.Run("temporary names", func(t *testing.T) {
+			// Names that are only temporary schemas' in the other
+			// dialect, or as a table's name, are tables like any other.
+			for _, name := range []string{"temp", "pg_temp", "pg_temp_1"} {
+				if b.dialect == sqlstore.Postgres {
+					name = "temp." + name
+					b.exec(t, `CREATE SCHEMA IF NOT EXISTS temp`)
+				}
+				s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(name))
+				if err != nil {
+					t.Fatalf("New(WithTable(%q)): %v", name, err)
+				}
+				put(s)
+				b.exec(t, `DROP TABLE `+name)
+			}
+			if b.dialect == sqlstore.Postgres {
+				b.exec(t, `DROP SCHEMA temp`)
+			}
+		})
+
+		t.Run("no unique key", func(t *testing.T) {
+			// The columns, and no unique index on resource: Put's ON
+			// CONFLICT (resource) has no constraint to use.
+			blob := "BYTEA"
+			if b.dialect == sqlstore.SQLite {
+				blob = "BLOB"
+			}
+			columns := `(resource TEXT NOT NULL, fence BIGINT NOT NULL, value ` + blob + `, value_token BIGINT)`
+			table := b.name(t, "nokey")
+			b.exec(t, `CREATE TABLE `+table+` `+columns)
+			for _, create := range []bool{false, true} {
+				_, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table), sqlstore.WithCreateTable(create))
+				if err == nil || errors.Is(err, fencedlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "unique constraint on resource") || !strings.Contains(err.Error(), table) {
+					t.Errorf("New(WithCreateTable(%v)) on a table without a unique key = %v; want a database error naming the table and saying so", create, err)
+				}
+			}
+			// A unique index on resource (no primary key) will do, and New
+			// wrote nothing checking it.
+			b.exec(t, `CREATE UNIQUE INDEX `+table+`_resource ON `+table+` (resource)`)
+			s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table), sqlstore.WithCreateTable(false))
+			if err != nil {
+				t.Fatalf("New(WithCreateTable(false)) on a table with a unique index on resource: %v", err)
+			}
+			if n := b.count(t, `SELECT count(*) FROM `+table); n != 0 {
+				t.Errorf("New left %d rows in the table; want 0", n)
+			}
+			put(s)
+			// A unique index on (resource, fence) does not make resource
+			// unique.
+			pair := b.name(t, "pair")
+			b.exec(t, `CREATE TABLE `+pair+` `+columns)
+			b.exec(t, `CREATE UNIQUE INDEX `+pair+`_key ON `+pair+` (resource, fence)`)
+			if _, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(pair), sqlstore.WithCreateTable(false)); err == nil || !strings.Contains(err.Error(), "unique constraint on resource") {
+				t.Errorf("New on a table unique on (resource, fence) = %v; want an error", err)
+			}
 		})
 
 		t.Run("wrong table", func(t *testing.T) {

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
+
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/sqlstore"
 )
 
@@ -113,8 +116,9 @@ func expectStale(t *testing.T, err error, resource string, token, current fenced
 	}
 }
 
-// expectIdle checks that every connection went back to the pool: Tx
-// ended its transaction.
+// expectIdle checks that Tx left no transaction open: every connection
+// went back to the pool, and none of the pool's connections is still in a
+// transaction.
 func (e *txEnv) expectIdle() {
 	e.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -125,6 +129,60 @@ func (e *txEnv) expectIdle() {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// Take every idle connection at once (database/sql hands out idle
+	// connections before it opens new ones) and ask each whether it is
+	// in a transaction.
+	n := e.db.Stats().Idle
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := e.db.Conn(e.ctx)
+		if err != nil {
+			e.t.Fatalf("taking connection %d of %d from the pool: %v", i+1, n, err)
+		}
+		conns = append(conns, c)
+		in, err := inTransaction(e.ctx, e.dialect, c)
+		if err != nil {
+			e.t.Errorf("connection %d of %d: %v", i+1, n, err)
+		} else if in {
+			e.t.Errorf("connection %d of %d of the pool is still in a transaction", i+1, n)
+		}
+	}
+}
+
+// inTransaction reports whether c is in a transaction, leaving it as it
+// was when it is not. SQLite refuses BEGIN in a transaction; PostgreSQL
+// refuses SAVEPOINT outside one (SQLSTATE 25P01), and in a failed one
+// (25P02).
+func inTransaction(ctx context.Context, d sqlstore.Dialect, c *sql.Conn) (bool, error) {
+	if d == sqlstore.SQLite {
+		_, err := c.ExecContext(ctx, `BEGIN`)
+		if err != nil {
+			if strings.Contains(err.Error(), "within a transaction") {
+				return true, nil
+			}
+			return false, fmt.Errorf("BEGIN: %w", err)
+		}
+		if _, err := c.ExecContext(ctx, `ROLLBACK`); err != nil {
+			return false, fmt.Errorf("ROLLBACK: %w", err)
+		}
+		return false, nil
+	}
+	_, err := c.ExecContext(ctx, `SAVEPOINT expect_idle`)
+	var pqErr *pq.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &pqErr) && pqErr.Code == "25P01":
+		return false, nil
+	case errors.As(err, &pqErr) && pqErr.Code == "25P02":
+		return true, nil
+	}
+	return false, fmt.Errorf("SAVEPOINT: %w", err)
 }
 
 func TestTxStaleToken(t *testing.T) {
@@ -448,4 +506,253 @@ func TestTxCommitFailure(t *testing.T) {
 		}
 		e.expectNotes("r", "five,6,7,8,9")
 	})
+}
+
+// memoryBackend returns an in-memory SQLite database with one connection,
+// at dsn with "%s" replaced by a fresh name.
+func memoryBackend(t *testing.T, dsn string) *backend {
+	t.Helper()
+	b := &backend{dialect: sqlstore.SQLite}
+	db, err := sql.Open("sqlite", strings.ReplaceAll(dsn, "%s", b.name(t, "mem")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	b.db = db
+	return b
+}
+
+// An in-memory SQLite database lives as long as a connection to it: with
+// one connection, Tx must not close it when ctx ends before the commit or
+// when the commit fails, or the database is gone.
+func TestTxInMemorySQLite(t *testing.T) {
+	for _, dsn := range []struct{ name, dsn string }{
+		{"memory", "file::memory:?_pragma=foreign_keys(1)"},
+		{"memdb", "file:/%s?vfs=memdb&_pragma=foreign_keys(1)"},
+	} {
+		dsn := dsn
+		t.Run(dsn.name, func(t *testing.T) {
+			t.Run("cancelled before commit", func(t *testing.T) {
+				e := newTxEnv(t, memoryBackend(t, dsn.dsn))
+				if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
+					t.Fatal(err)
+				}
+				e.mustTx("r", 5, "five")
+				ctx, cancel := context.WithCancel(e.ctx)
+				defer cancel()
+				err := e.s.Tx(ctx, "r", 6, func(tx *sql.Tx) error {
+					if err := e.insert(tx, "r", 6, "six"); err != nil {
+						return err
+					}
+					cancel()
+					return nil
+				})
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Tx whose context was cancelled before the commit = %v; want context.Canceled", err)
+				}
+				e.expectSurvived()
+			})
+
+			t.Run("commit fails", func(t *testing.T) {
+				e := newTxEnv(t, memoryBackend(t, dsn.dsn))
+				parent, child := e.name(t, "parent"), e.name(t, "child")
+				e.exec(t, `CREATE TABLE `+parent+` (id INTEGER PRIMARY KEY)`)
+				e.exec(t, `CREATE TABLE `+child+` (parent_id INTEGER REFERENCES `+parent+` (id) DEFERRABLE INITIALLY DEFERRED)`)
+				if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
+					t.Fatal(err)
+				}
+				e.mustTx("r", 5, "five")
+				err := e.s.Tx(e.ctx, "r", 6, func(tx *sql.Tx) error {
+					if err := e.insert(tx, "r", 6, "six"); err != nil {
+						return err
+					}
+					// No parent 42: the deferred foreign key fails at commit.
+					_, err := tx.ExecContext(e.ctx, `INSERT INTO `+child+` (parent_id) VALUES (42)`)
+					return err
+				})
+				if err == nil || !strings.Contains(err.Error(), "commit") {
+					t.Fatalf("Tx whose commit fails = %v; want the commit's error", err)
+				}
+				e.expectSurvived()
+			})
+		})
+	}
+}
+
+// expectSurvived checks, after a failed Tx(6) on resource "r" that had
+// Put(5, "five") and Tx(5, "five"), that the database is still there, as
+// it was, and that the connection is out of the failed transaction.
+func (e *txEnv) expectSurvived() {
+	e.t.Helper()
+	e.expectIdle()
+	if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+		e.t.Fatalf("Get after the failed Tx = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
+	}
+	e.expectFence("r", 5)
+	e.expectNotes("r", "five")
+	e.mustTx("r", 7, "seven")
+	e.expectNotes("r", "five,seven")
+	e.expectFence("r", 7)
+	e.expectIdle()
+}
+
+// A Put waits for a Tx on its resource to end, and then meets the fence
+// the Tx committed, or the one before it when the Tx rolled back.
+func TestPutWaitsForTx(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		for _, commit := range []bool{true, false} {
+			commit := commit
+			name := "commit"
+			if !commit {
+				name = "rollback"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newTxEnv(t, b)
+				if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
+					t.Fatal(err)
+				}
+				holding, release := make(chan struct{}), make(chan struct{})
+				defer func() {
+					select {
+					case <-release:
+					default:
+						close(release)
+					}
+				}()
+				rollback := errors.New("rolled back by fn")
+				txDone := make(chan error, 1)
+				go func() {
+					txDone <- e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
+						if err := e.insert(tx, "r", 10, "ten"); err != nil {
+							return err
+						}
+						close(holding)
+						<-release
+						if !commit {
+							return rollback
+						}
+						return nil
+					})
+				}()
+				select {
+				case <-holding:
+				case err := <-txDone:
+					t.Fatalf("Tx(10) = %v without holding the lock", err)
+				}
+				putDone := make(chan error, 1)
+				go func() { putDone <- e.s.Put(e.ctx, "r", 7, []byte("seven")) }()
+				select {
+				case err := <-putDone:
+					t.Fatalf("Put(7) returned %v while Tx(10) held the lock", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+				close(release)
+				txErr, putErr := <-txDone, <-putDone
+				if commit {
+					if txErr != nil {
+						t.Fatalf("Tx(10) = %v", txErr)
+					}
+					expectStale(t, putErr, "r", 7, 10)
+					if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+						t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
+					}
+					e.expectFence("r", 10)
+					e.expectNotes("r", "ten")
+				} else {
+					if !errors.Is(txErr, rollback) {
+						t.Fatalf("Tx(10) = %v; want fn's error", txErr)
+					}
+					if putErr != nil {
+						t.Fatalf("Put(7) after Tx(10) rolled back = %v; want it accepted", putErr)
+					}
+					if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "seven" || tok != 7 {
+						t.Errorf("Get = (%q, %d, %v); want (\"seven\", 7, nil)", v, tok, err)
+					}
+					e.expectFence("r", 7)
+					e.expectNotes("r", "")
+				}
+				e.expectIdle()
+			})
+		}
+	})
+}
+
+// Under REPEATABLE READ, a Tx or a Put that waited for a Tx on its
+// resource fails with a serialization error (SQLSTATE 40001), as the
+// package documentation says, and writes nothing; a retry meets the fence.
+func TestPostgresRepeatableRead(t *testing.T) {
+	e := newTxEnv(t, postgresBackend(t))
+	db, err := sql.Open("postgres", pgtest.Shared(t).DSN("")+" default_transaction_isolation='repeatable read'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var level string
+	if err := db.QueryRowContext(e.ctx, `SHOW transaction_isolation`).Scan(&level); err != nil || level != "repeatable read" {
+		t.Fatalf("transaction_isolation = %q, %v; want repeatable read", level, err)
+	}
+	rr, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(e.s.Table()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	var ran bool
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Put(7)", func() error { return rr.Put(e.ctx, "r", 7, []byte("seven")) }},
+		{"Tx(12)", func() error {
+			return rr.Tx(e.ctx, "r", 12, func(*sql.Tx) error {
+				ran = true
+				return nil
+			})
+		}},
+	}
+	for _, c := range calls {
+		c := c
+		holding, release := make(chan struct{}), make(chan struct{})
+		txDone := make(chan error, 1)
+		go func() {
+			txDone <- e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
+				close(holding)
+				<-release
+				return nil
+			})
+		}()
+		select {
+		case <-holding:
+		case err := <-txDone:
+			t.Fatalf("Tx(10) = %v without holding the lock", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.call() }()
+		time.Sleep(100 * time.Millisecond)
+		close(release)
+		if err := <-txDone; err != nil {
+			t.Fatalf("Tx(10) = %v", err)
+		}
+		err := <-done
+		var pqErr *pq.Error
+		if !errors.As(err, &pqErr) || pqErr.Code != "40001" {
+			t.Errorf("%s that waited for Tx(10) under REPEATABLE READ = %v; want SQLSTATE 40001", c.name, err)
+		}
+	}
+	if ran {
+		t.Error("Tx(12) that waited under REPEATABLE READ ran fn")
+	}
+	// Nothing was written; retries meet the fence.
+	e.expectFence("r", 10)
+	if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+		t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
+	}
+	expectStale(t, calls[0].call(), "r", 7, 10)
+	if err := calls[1].call(); err != nil || !ran {
+		t.Errorf("Tx(12) retried = %v, fn ran: %v; want it accepted", err, ran)
+	}
+	e.expectFence("r", 12)
+	e.expectIdle()
 }

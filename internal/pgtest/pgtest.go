@@ -8,6 +8,13 @@
 // test binary ends (Shared and Main), and on Linux the kernel kills it if
 // the test binary dies first.
 //
+// Its dynamic shared memory is in files of the data directory
+// (dynamic_shared_memory_type=mmap), not in /dev/shm, so that a server
+// killed without the chance to clean up leaves no segment there. What it
+// still leaves is the small System V shared memory segment every
+// postmaster makes (its key and id are on the seventh line of
+// data/postmaster.pid); ipcrm -m removes it.
+//
 // The binaries are looked up as initdb and postgres on PATH, else in the
 // newest /usr/lib/postgresql/VERSION/bin, where Debian's postgresql
 // package puts them without adding them to PATH. Without them the tests
@@ -289,6 +296,10 @@ func (s *Server) launch(bin string, o *owner) error {
 		"-c", "listen_addresses="+s.Host,
 		"-c", "unix_socket_directories="+s.socketDir(),
 		"-c", "fsync=off",
+		// Dynamic shared memory in data/pg_dynshmem, which goes with
+		// the directory, instead of /dev/shm, where a killed server
+		// would leave it.
+		"-c", "dynamic_shared_memory_type=mmap",
 		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=200",

@@ -1,13 +1,11 @@
 package pgtest
 
 import (
-	"bufio"
 	"bytes"
 	"database/sql"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -52,12 +50,13 @@ func TestShared(t *testing.T) {
 		t.Errorf("SELECT 1 + 1 = %s", got)
 	}
 	for setting, want := range map[string]string{
-		"fsync":                   "off",
-		"listen_addresses":        "127.0.0.1",
-		"unix_socket_directories": s.socketDir(),
-		"data_directory":          s.dataDir(),
-		"server_encoding":         "UTF8",
-		"current_user":            "postgres",
+		"fsync":                      "off",
+		"dynamic_shared_memory_type": "mmap",
+		"listen_addresses":           "127.0.0.1",
+		"unix_socket_directories":    s.socketDir(),
+		"data_directory":             s.dataDir(),
+		"server_encoding":            "UTF8",
+		"current_user":               "postgres",
 	} {
 		q := "SHOW " + setting
 		if setting == "current_user" {
@@ -223,44 +222,4 @@ func child() {
 	time.Sleep(time.Minute)
 	s.Close()
 	os.Exit(0)
-}
-
-// When the test binary dies, the kernel kills its postgres.
-func TestDiesWithTestBinary(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the parent-death signal is Linux only")
-	}
-	Find(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	f := strings.Fields(line)
-	if err != nil || len(f) != 3 || f[0] != "started" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("child said %q (%v); want \"started ADDR DIR\"", line, err)
-	}
-	addr, dir := f[1], f[2]
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cmd.Process.Kill()
-	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			return
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("postgres on %s still accepts connections 10s after its test binary was killed", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
