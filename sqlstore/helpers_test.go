@@ -39,7 +39,7 @@ func sqliteDSN(path string) string {
 	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(OFF)&_pragma=foreign_keys(1)"
 }
 
-func sqliteBackend(t *testing.T) *backend {
+func sqliteBackend(t testing.TB) *backend {
 	t.Helper()
 	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), "test.db")))
 	if err != nil {
@@ -49,7 +49,7 @@ func sqliteBackend(t *testing.T) *backend {
 	return &backend{dialect: sqlstore.SQLite, db: db}
 }
 
-func postgresBackend(t *testing.T) *backend {
+func postgresBackend(t testing.TB) *backend {
 	t.Helper()
 	srv := pgtest.Shared(t)
 	db, err := sql.Open("postgres", srv.DSN(""))
@@ -61,7 +61,7 @@ func postgresBackend(t *testing.T) *backend {
 }
 
 // name returns a fresh table name that starts with prefix.
-func (b *backend) name(t *testing.T, prefix string) string {
+func (b *backend) name(t testing.TB, prefix string) string {
 	t.Helper()
 	var r [6]byte
 	if _, err := crand.Read(r[:]); err != nil {
@@ -71,7 +71,7 @@ func (b *backend) name(t *testing.T, prefix string) string {
 }
 
 // newStore returns a Store on a fresh table.
-func (b *backend) newStore(t *testing.T, opts ...sqlstore.Option) *sqlstore.Store {
+func (b *backend) newStore(t testing.TB, opts ...sqlstore.Option) *sqlstore.Store {
 	t.Helper()
 	opts = append([]sqlstore.Option{sqlstore.WithTable(b.name(t, "fences"))}, opts...)
 	s, err := sqlstore.New(b.db, b.dialect, opts...)
