@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -119,13 +118,13 @@ func TestWithoutPostgres(t *testing.T) {
 	before := program.Skipped()
 
 	t.Setenv("CI", "")
-	ft := &fakeT{TB: t}
-	ft.run(func() { Find(ft) })
-	if !ft.skipped || ft.failed {
-		t.Fatalf("Find without PostgreSQL: skipped %v, failed %v; want a skip", ft.skipped, ft.failed)
+	ft := &servertest.Recorder{TB: t}
+	ft.Run(func() { Find(ft) })
+	if !ft.WasSkipped || ft.WasFailed {
+		t.Fatalf("Find without PostgreSQL: skipped %v, failed %v; want a skip", ft.WasSkipped, ft.WasFailed)
 	}
-	if !strings.Contains(ft.msg, "apt-get install postgresql") {
-		t.Errorf("skip message %q does not say how to install PostgreSQL", ft.msg)
+	if !strings.Contains(ft.Msg, "apt-get install postgresql") {
+		t.Errorf("skip message %q does not say how to install PostgreSQL", ft.Msg)
 	}
 	if got := program.Skipped() - before; got != 1 {
 		t.Errorf("skipped counted %d tests; want 1", got)
@@ -137,13 +136,13 @@ func TestWithoutPostgres(t *testing.T) {
 	}
 
 	t.Setenv("CI", "true")
-	ft = &fakeT{TB: t}
-	ft.run(func() { Find(ft) })
-	if !ft.failed || ft.skipped {
-		t.Fatalf("Find without PostgreSQL and CI=true: skipped %v, failed %v; want a failure", ft.skipped, ft.failed)
+	ft = &servertest.Recorder{TB: t}
+	ft.Run(func() { Find(ft) })
+	if !ft.WasFailed || ft.WasSkipped {
+		t.Fatalf("Find without PostgreSQL and CI=true: skipped %v, failed %v; want a failure", ft.WasSkipped, ft.WasFailed)
 	}
-	if !strings.Contains(ft.msg, "CI=true") {
-		t.Errorf("failure message %q does not mention CI=true", ft.msg)
+	if !strings.Contains(ft.Msg, "CI=true") {
+		t.Errorf("failure message %q does not mention CI=true", ft.Msg)
 	}
 }
 
@@ -175,32 +174,6 @@ func TestFindNewestDebianVersion(t *testing.T) {
 	if filepath.Dir(b.Initdb) != want || filepath.Dir(b.Postgres) != want {
 		t.Errorf("find = %+v; want both in %s", b, want)
 	}
-}
-
-// fakeT records a skip or a failure; run runs f on a goroutine of its own
-// so that they can end it with runtime.Goexit.
-type fakeT struct {
-	testing.TB
-	skipped, failed bool
-	msg             string
-}
-
-func (f *fakeT) Helper() {}
-func (f *fakeT) Skipf(format string, args ...any) {
-	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (f *fakeT) Fatalf(format string, args ...any) {
-	f.failed, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (f *fakeT) run(fn func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	<-done
 }
 
 // childEnv makes the test binary, started by TestDiesWithTestBinary, start

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,4 +138,40 @@ func Launch(cmd *exec.Cmd, ready func() bool, poll, timeout time.Duration, logTa
 	cmd.Process.Kill()
 	<-exited
 	return nil, fmt.Errorf("%s was not ready within %v: %s", name, timeout, logTail())
+}
+
+// A Recorder is a testing.TB that records a skip or a failure instead of
+// acting on it, for testing helpers that skip or fail the tests calling
+// them. Its other methods are the embedded TB's.
+type Recorder struct {
+	testing.TB
+	WasSkipped, WasFailed bool
+	Msg                   string // the message of the skip or failure
+}
+
+// Helper does nothing.
+func (r *Recorder) Helper() {}
+
+// Skipf records a skip and ends the goroutine, as testing.T.Skipf does.
+func (r *Recorder) Skipf(format string, args ...any) {
+	r.WasSkipped, r.Msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Fatalf records a failure and ends the goroutine, as testing.T.Fatalf
+// does.
+func (r *Recorder) Fatalf(format string, args ...any) {
+	r.WasFailed, r.Msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Run runs f on a goroutine of its own, which Skipf and Fatalf can end,
+// and waits for it.
+func (r *Recorder) Run(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }

@@ -3,39 +3,11 @@ package servertest
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 )
-
-// fakeT records a skip or a failure; run runs f on a goroutine of its own
-// so that they can end it with runtime.Goexit.
-type fakeT struct {
-	testing.TB
-	skipped, failed bool
-	msg             string
-}
-
-func (f *fakeT) Helper() {}
-func (f *fakeT) Skipf(format string, args ...any) {
-	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (f *fakeT) Fatalf(format string, args ...any) {
-	f.failed, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (f *fakeT) run(fn func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	<-done
-}
 
 func TestRequire(t *testing.T) {
 	p := &Program{Name: "frobd", Tests: "frob", Install: "apt-get install frobd"}
@@ -46,17 +18,17 @@ func TestRequire(t *testing.T) {
 	}
 
 	t.Setenv("CI", "")
-	ft := &fakeT{TB: t}
-	ft.run(func() { p.Require(ft, nil) })
-	if ft.skipped || ft.failed {
-		t.Fatalf("Require(nil) skipped %v, failed %v", ft.skipped, ft.failed)
+	ft := &Recorder{TB: t}
+	ft.Run(func() { p.Require(ft, nil) })
+	if ft.WasSkipped || ft.WasFailed {
+		t.Fatalf("Require(nil) skipped %v, failed %v", ft.WasSkipped, ft.WasFailed)
 	}
 	missing := errors.New("frobd is not on PATH")
 	for i := 0; i < 2; i++ {
-		ft = &fakeT{TB: t}
-		ft.run(func() { p.Require(ft, missing) })
-		if !ft.skipped || ft.failed || !strings.Contains(ft.msg, "apt-get install frobd") || !strings.Contains(ft.msg, "not on PATH") {
-			t.Fatalf("Require without the program: skipped %v, failed %v, message %q; want a skip saying how to install it", ft.skipped, ft.failed, ft.msg)
+		ft = &Recorder{TB: t}
+		ft.Run(func() { p.Require(ft, missing) })
+		if !ft.WasSkipped || ft.WasFailed || !strings.Contains(ft.Msg, "apt-get install frobd") || !strings.Contains(ft.Msg, "not on PATH") {
+			t.Fatalf("Require without the program: skipped %v, failed %v, message %q; want a skip saying how to install it", ft.WasSkipped, ft.WasFailed, ft.Msg)
 		}
 	}
 	if p.Skipped() != 2 {
@@ -74,10 +46,10 @@ func TestRequire(t *testing.T) {
 	}
 
 	t.Setenv("CI", "true")
-	ft = &fakeT{TB: t}
-	ft.run(func() { p.Require(ft, missing) })
-	if !ft.failed || ft.skipped || !strings.Contains(ft.msg, "CI=true") {
-		t.Fatalf("Require with CI=true: skipped %v, failed %v, message %q; want a failure", ft.skipped, ft.failed, ft.msg)
+	ft = &Recorder{TB: t}
+	ft.Run(func() { p.Require(ft, missing) })
+	if !ft.WasFailed || ft.WasSkipped || !strings.Contains(ft.Msg, "CI=true") {
+		t.Fatalf("Require with CI=true: skipped %v, failed %v, message %q; want a failure", ft.WasSkipped, ft.WasFailed, ft.Msg)
 	}
 	if p.Skipped() != 2 {
 		t.Errorf("a failure was counted as a skip: Skipped = %d", p.Skipped())
