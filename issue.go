@@ -140,10 +140,11 @@ func issuedKey(prefix, kind, tag, lockKey string) string {
 // when it holds no "}", else the smallest decimal number hashing to the
 // same slot.
 func slotTag(key string) string {
-	if h := hashedPart(key); strings.IndexByte(h, '}') < 0 {
+	h := hashedPart(key)
+	if strings.IndexByte(h, '}') < 0 {
 		return h
 	}
-	return strconv.FormatUint(uint64(slotNumber(crc16Slot(hashedPart(key)))), 10)
+	return strconv.FormatUint(uint64(slotNumber(crc16Slot(h))), 10)
 }
 
 // slotNumbers holds, for every hash slot, the smallest number whose
