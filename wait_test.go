@@ -597,19 +597,29 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 	ltNoGoroutinesLeft(t)
 }
 
+// ltLocalWaiter returns a Locker whose client goes through the proxy p,
+// a Lock of it holding resource, and the result of one Acquire of the
+// same Locker waiting for resource: queued in Redis, subscribed, and told
+// of its reserved token, so that the holder's release hands it the lock.
+func ltLocalWaiter(t *testing.T, ctx context.Context, b *redistest.Backend, resource string) (*redistest.Proxy, *fencedlock.Locker, *fencedlock.Lock, <-chan ltAcquireResult) {
+	t.Helper()
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	holder := ltTryAcquire(t, ctx, l, resource, ltLongTTL)
+	done := ltWaitFor(ctx, l, resource, ltLongTTL, ltHourDelay)
+	ltAwaitQueued(t, b, l, resource)
+	return p, l, holder, done
+}
+
 // A holder hands the lock to the next waiter of its own Locker at once,
 // with the token reserved for it, without waiting for its release's
 // reply; the new holder's commands wait until Redis has confirmed it.
 func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
-		p := redistest.NewProxy(t, b.Client.Options().Addr)
-		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
-		t.Cleanup(func() { c.Close() })
-		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
-		holder := ltTryAcquire(t, ctx, l, "local", ltLongTTL)
-		done := ltWaitFor(ctx, l, "local", ltLongTTL, ltHourDelay)
-		ltAwaitQueued(t, b, l, "local")
+		p, l, holder, done := ltLocalWaiter(t, ctx, b, "local")
 
 		const delay = 300 * time.Millisecond
 		p.Delay(delay)
@@ -639,13 +649,7 @@ func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
 func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := ltCtx(t)
-		p := redistest.NewProxy(t, b.Client.Options().Addr)
-		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
-		t.Cleanup(func() { c.Close() })
-		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
-		holder := ltTryAcquire(t, ctx, l, "stale", ltLongTTL)
-		done := ltWaitFor(ctx, l, "stale", ltLongTTL, ltHourDelay)
-		ltAwaitQueued(t, b, l, "stale")
+		p, l, holder, done := ltLocalWaiter(t, ctx, b, "stale")
 		// The holder's lock is gone, and someone else holds the key.
 		require.NoError(t, b.Client.Set(ctx, l.LockKey("stale"), "someone-else:1", time.Minute).Err())
 		// The waiter takes the hand-over before the release's reply comes
