@@ -55,6 +55,37 @@ func (e *txEnv) mustTx(resource string, token fencedlock.Token, note string) {
 	}
 }
 
+// txCancelledInFn runs a Tx whose fn inserts note and then cancels the
+// Tx's context, so that it ends before the commit, and returns its error.
+func (e *txEnv) txCancelledInFn(resource string, token fencedlock.Token, note string) error {
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	return e.s.Tx(ctx, resource, token, func(tx *sql.Tx) error {
+		if err := e.insert(tx, resource, token, note); err != nil {
+			return err
+		}
+		cancel()
+		return nil
+	})
+}
+
+// txFailingCommit runs a Tx whose fn inserts note and a row that breaks a
+// deferred foreign key, so that its commit fails, and returns its error.
+func (e *txEnv) txFailingCommit(resource string, token fencedlock.Token, note string) error {
+	e.t.Helper()
+	parent, child := e.name(e.t, "parent"), e.name(e.t, "child")
+	e.exec(e.t, `CREATE TABLE `+parent+` (id INTEGER PRIMARY KEY)`)
+	e.exec(e.t, `CREATE TABLE `+child+` (parent_id INTEGER REFERENCES `+parent+` (id) DEFERRABLE INITIALLY DEFERRED)`)
+	return e.s.Tx(e.ctx, resource, token, func(tx *sql.Tx) error {
+		if err := e.insert(tx, resource, token, note); err != nil {
+			return err
+		}
+		// No parent 42: the deferred foreign key fails at commit.
+		_, err := tx.ExecContext(e.ctx, e.sql(`INSERT INTO `+child+` (parent_id) VALUES ($1)`), 42)
+		return err
+	})
+}
+
 // notes returns the notes of resource's committed items, in insertion
 // order.
 func (e *txEnv) notes(resource string) string {
@@ -295,15 +326,7 @@ func TestTxContext(t *testing.T) {
 		})
 
 		t.Run("cancelled in fn", func(t *testing.T) {
-			ctx, cancel := context.WithCancel(e.ctx)
-			defer cancel()
-			err := e.s.Tx(ctx, "r", 6, func(tx *sql.Tx) error {
-				if err := e.insert(tx, "r", 6, "six"); err != nil {
-					return err
-				}
-				cancel()
-				return nil
-			})
+			err := e.txCancelledInFn("r", 6, "six")
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("Tx whose context was cancelled before the commit = %v; want an error wrapping context.Canceled", err)
 			}
@@ -481,18 +504,8 @@ func TestTxSeesItsFence(t *testing.T) {
 func TestTxCommitFailure(t *testing.T) {
 	eachDialect(t, func(t *testing.T, b *backend) {
 		e := newTxEnv(t, b)
-		parent, child := b.name(t, "parent"), b.name(t, "child")
-		b.exec(t, `CREATE TABLE `+parent+` (id INTEGER PRIMARY KEY)`)
-		b.exec(t, `CREATE TABLE `+child+` (parent_id INTEGER REFERENCES `+parent+` (id) DEFERRABLE INITIALLY DEFERRED)`)
 		e.mustTx("r", 5, "five")
-		err := e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
-			if err := e.insert(tx, "r", 10, "ten"); err != nil {
-				return err
-			}
-			// No parent 42: the deferred foreign key fails at commit.
-			_, err := tx.ExecContext(e.ctx, e.sql(`INSERT INTO `+child+` (parent_id) VALUES ($1)`), 42)
-			return err
-		})
+		err := e.txFailingCommit("r", 10, "ten")
 		if err == nil || !strings.Contains(err.Error(), "commit") {
 			t.Fatalf("Tx whose commit fails = %v; want the commit's error", err)
 		}
@@ -539,15 +552,7 @@ func TestTxInMemorySQLite(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.mustTx("r", 5, "five")
-				ctx, cancel := context.WithCancel(e.ctx)
-				defer cancel()
-				err := e.s.Tx(ctx, "r", 6, func(tx *sql.Tx) error {
-					if err := e.insert(tx, "r", 6, "six"); err != nil {
-						return err
-					}
-					cancel()
-					return nil
-				})
+				err := e.txCancelledInFn("r", 6, "six")
 				if !errors.Is(err, context.Canceled) {
 					t.Fatalf("Tx whose context was cancelled before the commit = %v; want context.Canceled", err)
 				}
@@ -556,21 +561,11 @@ func TestTxInMemorySQLite(t *testing.T) {
 
 			t.Run("commit fails", func(t *testing.T) {
 				e := newTxEnv(t, memoryBackend(t, dsn.dsn))
-				parent, child := e.name(t, "parent"), e.name(t, "child")
-				e.exec(t, `CREATE TABLE `+parent+` (id INTEGER PRIMARY KEY)`)
-				e.exec(t, `CREATE TABLE `+child+` (parent_id INTEGER REFERENCES `+parent+` (id) DEFERRABLE INITIALLY DEFERRED)`)
 				if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
 					t.Fatal(err)
 				}
 				e.mustTx("r", 5, "five")
-				err := e.s.Tx(e.ctx, "r", 6, func(tx *sql.Tx) error {
-					if err := e.insert(tx, "r", 6, "six"); err != nil {
-						return err
-					}
-					// No parent 42: the deferred foreign key fails at commit.
-					_, err := tx.ExecContext(e.ctx, `INSERT INTO `+child+` (parent_id) VALUES (42)`)
-					return err
-				})
+				err := e.txFailingCommit("r", 6, "six")
 				if err == nil || !strings.Contains(err.Error(), "commit") {
 					t.Fatalf("Tx whose commit fails = %v; want the commit's error", err)
 				}
