@@ -603,10 +603,7 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 // of its reserved token, so that the holder's release hands it the lock.
 func ltLocalWaiter(t *testing.T, ctx context.Context, b *redistest.Backend, resource string) (*redistest.Proxy, *fencedlock.Locker, *fencedlock.Lock, <-chan ltAcquireResult) {
 	t.Helper()
-	p := redistest.NewProxy(t, b.Client.Options().Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second})
-	t.Cleanup(func() { c.Close() })
-	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	l, p, _ := ltProxied(t, b, 3) // go-redis's default retries
 	holder := ltTryAcquire(t, ctx, l, resource, ltLongTTL)
 	done := ltWaitFor(ctx, l, resource, ltLongTTL, ltHourDelay)
 	ltAwaitQueued(t, b, l, resource)
