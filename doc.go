@@ -106,6 +106,8 @@
 // If it is, stores refuse the new holders' writes
 // (safety holds), each refusal reports the store's token in
 // StaleTokenError.Current, and [Locker.Advance] raises the counter past it.
+// [WithReplicas] makes each acquire wait until replicas confirm the grant
+// (Redis's WAIT), so that a failover is less likely to lose it.
 //
 // # Keys and Redis Cluster
 //

@@ -53,6 +53,12 @@ var (
 	// Redis clock, which may be below tokens already granted (see
 	// Locker.Advance).
 	ErrCorrupt = errors.New("fencedlock: corrupt state in redis")
+
+	// ErrNotReplicated means an acquire of a Locker made with WithReplicas
+	// got its lock, but fewer replicas than asked confirmed the grant in
+	// time. The acquire released the lock. Redis still works; its replicas
+	// are behind or disconnected. Try again later.
+	ErrNotReplicated = errors.New("fencedlock: grant not confirmed by replicas")
 )
 
 // StaleTokenError is returned by a store that refused a write because

@@ -43,13 +43,15 @@ type Locker struct {
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
+	replicas *replicaWait // set by WithReplicas
+
 	mu      sync.Mutex             // guards the fields below
 	queues  map[string]*waitQueue  // local waiters by resource
 	subs    map[uint16]*subscriber // subscriptions by group (see subGroup)
 	sharded int8                   // 0: not known yet; 1: SSUBSCRIBE; -1: SUBSCRIBE
 }
 
-// Option configures a Locker in New. The one option is WithPrefix; a nil
+// Option configures a Locker in New: WithPrefix, WithReplicas. A nil
 // Option is ignored.
 type Option func(*Locker)
 
@@ -77,8 +79,11 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 			opt(l)
 		}
 	}
-	if isNil(client) {
+	switch {
+	case isNil(client):
 		l.err = invalidArg("nil redis client")
+	case l.replicas != nil:
+		l.err = l.replicas.check(client)
 	}
 	return l
 }
@@ -199,7 +204,8 @@ const (
 // error wrapping ErrNotAcquired.
 //
 // ttl must be at least one millisecond; it is rounded down to whole
-// milliseconds. A done ctx returns its error at once.
+// milliseconds. A done ctx returns its error at once. With WithReplicas,
+// a grant is returned only once replicas have confirmed it.
 //
 // A lost reply does not leave an orphaned lock. The script is idempotent
 // for its owner: when the client sends it again (go-redis retries after a
@@ -244,6 +250,9 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, fmt.Errorf("%w: %q is held by another owner or promised to a waiter", ErrNotAcquired, resource)
 	}
 	lock.hold(sent, ttl)
+	if err := l.replicate(ctx, lock, ttl); err != nil {
+		return nil, err
+	}
 	return lock, nil
 }
 

@@ -69,7 +69,9 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 //
 // A timer bounded by the holder's remaining TTL covers a crashed holder
 // and a lost message: see WithRetryDelay. With WithHeartbeat, the Lock is
-// refreshed until released or lost.
+// refreshed until released or lost. With the Locker's WithReplicas, a
+// grant is returned only once replicas have confirmed it, and a grant they
+// do not confirm ends the wait with ErrNotReplicated.
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -115,6 +117,9 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		return nil, err
 	}
 	lock.hold(base, time.Duration(ms)*time.Millisecond)
+	if err := l.replicate(ctx, lock, time.Duration(ms)*time.Millisecond); err != nil {
+		return nil, err
+	}
 	if cfg.beat {
 		lock.startHeartbeat(interval)
 	}

@@ -1,0 +1,129 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithReplicas makes every acquire of the Locker wait, once its lock is
+// granted, until at least n replicas of the Redis master that granted it
+// have confirmed receiving the grant, for at most timeout (rounded down to
+// whole milliseconds). The wait is Redis's WAIT command. When fewer than n
+// replicas confirm in time, the acquire releases the grant and returns an
+// error wrapping ErrNotReplicated; the caller can try again later.
+//
+// Use it where Redis fails over to a replica (Sentinel, Cluster with
+// replicas): a grant that only the old master had is lost with it, and the
+// promoted replica's counter is behind. The grant's raise of the counter to
+// the server clock already keeps the next token above the lost one in most
+// cases (see the package documentation); WithReplicas closes the others,
+// such as a counter ahead of the clock after Advance, as far as WAIT can:
+// the replica that Redis promotes must be one that confirmed. Promote the
+// most up-to-date replica, as Sentinel and Cluster do, and set n to the
+// number of replicas, to make sure of that. WAIT does not make Redis
+// strongly consistent, and fencing does not depend on it: the store refuses
+// lower tokens whatever Redis loses.
+//
+// Only grants wait: refreshes, releases, IssueToken and store writes do
+// not. The wait costs two round trips more per acquire, on one connection
+// of its own: a refresh of the new lock, which checks that it is still
+// held, then WAIT for the replication offset of that refresh, which comes
+// after the grant's, whichever connection or process made the grant.
+//
+// n must be at least 1 and timeout at least one millisecond (WAIT's 0
+// would wait forever), and the Locker's client a *redis.Client (a single
+// node or a Sentinel failover client) or a *redis.ClusterClient, whose
+// WAIT goes to the master of the lock's hash slot. Otherwise every method
+// of the Locker returns an error wrapping ErrInvalidArgument. Pick timeout
+// with ctx in mind: go-redis does not stop a WAIT when ctx ends, unless
+// the client was made with ContextTimeoutEnabled.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(l *Locker) {
+		l.replicas = &replicaWait{n: n, timeout: timeout}
+	}
+}
+
+// replicaWait is the setting of WithReplicas.
+type replicaWait struct {
+	n       int
+	timeout time.Duration
+}
+
+// check reports why the setting cannot work with client, or nil.
+func (w *replicaWait) check(client redis.UniversalClient) error {
+	if w.n < 1 {
+		return invalidArg("WithReplicas: %d replicas: at least 1 is needed", w.n)
+	}
+	if w.timeout < time.Millisecond {
+		return invalidArg("WithReplicas: timeout %v is below 1ms", w.timeout)
+	}
+	switch client.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		return nil
+	}
+	return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", client)
+}
+
+// replicate waits until the replicas confirm the grant of k, a Lock just
+// granted for ttl, as WithReplicas says. When they do not, or the wait
+// fails, it releases k and returns why.
+func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) error {
+	w := l.replicas
+	if w == nil {
+		return nil
+	}
+	got, err := l.replicaAcks(ctx, k, ttl)
+	if err == nil && got >= w.n {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %q: %d of %d replicas confirmed the grant of token %d within %v", ErrNotReplicated, k.resource, got, w.n, k.token, w.timeout)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if rerr := k.Release(rctx); rerr != nil && k.Err() == nil {
+		err = fmt.Errorf("%w (releasing the grant failed too, so it may stay locked until its TTL ends: %v)", err, rerr)
+	}
+	return err
+}
+
+// replicaAcks refreshes k, then sends WAIT on the same connection, and
+// returns how many replicas confirmed. WAIT waits for the replication
+// offset of the connection's own last write: the refresh makes that a
+// write after the grant, which may have been made by another connection
+// (a release that handed the lock over). Refreshing does not shorten the
+// Lock's lease: it is counted from before the grant was sent.
+func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) (int, error) {
+	if err := k.settle(ctx); err != nil {
+		return 0, err
+	}
+	var node *redis.Client
+	switch c := l.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		var err error
+		if node, err = c.MasterForKey(ctx, k.keys[keyLock]); err != nil {
+			return 0, fmt.Errorf("fencedlock: acquire %q: finding the master of its slot: %w", k.resource, err)
+		}
+	default: // New refused other clients
+		return 0, invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	n, err := refreshScript.Run(ctx, conn, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, scriptErr("acquire", k.resource, err, k.keys[keyLock])
+	}
+	if n != 1 {
+		return 0, k.lost("the grant ended before its replicas were asked to confirm it")
+	}
+	got, err := conn.Wait(ctx, l.replicas.n, l.replicas.timeout).Result()
+	if err != nil {
+		return 0, fmt.Errorf("fencedlock: acquire %q: WAIT for %d replicas: %w", k.resource, l.replicas.n, err)
+	}
+	return int(got), nil
+}
