@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -142,4 +143,43 @@ func BenchmarkIssueToken(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAcquireReleaseReplicated measures the uncontended cycle on a
+// master with one replica, without and with WithReplicas(1, ...): the
+// cost of waiting for the replica to confirm each grant.
+func BenchmarkAcquireReleaseReplicated(b *testing.B) {
+	ctx := context.Background()
+	master := redistest.Start(b, "--repl-diskless-sync-delay", "0")
+	replica := redistest.Start(b)
+	mc, rc := master.Client(b), replica.Client(b)
+	host, port, err := net.SplitHostPort(master.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := rc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		b.Fatal(err)
+	}
+	foWaitInSync(b, ctx, mc, rc)
+	for _, bc := range []struct {
+		name string
+		opts []fencedlock.Option
+	}{
+		{"no WAIT", nil},
+		{"WithReplicas(1)", []fencedlock.Option{fencedlock.WithReplicas(1, time.Second)}},
+	} {
+		locker := fencedlock.New(mc, bc.opts...)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				lock, err := locker.TryAcquire(ctx, "bench", 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lock.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

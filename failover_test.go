@@ -33,7 +33,7 @@ func foInfo(ctx context.Context, c *redis.Client, section string) (map[string]st
 // foWaitInSync waits until the replica's link to its master is up and it
 // has applied everything the master has sent it: its replication offset
 // equals the master's.
-func foWaitInSync(t *testing.T, ctx context.Context, master, replica *redis.Client) {
+func foWaitInSync(t testing.TB, ctx context.Context, master, replica *redis.Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var last string
