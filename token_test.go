@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,50 +159,116 @@ func ltReferenceParse(s string) (fencedlock.Token, bool) {
 	return fencedlock.Token(n.Uint64()), true
 }
 
+// FuzzParseToken checks ParseToken, String, MarshalText and UnmarshalText
+// on any string against ltReferenceParse, the rule of ParseToken written
+// independently. UnmarshalText also accepts "0" and leaves its receiver
+// unchanged on error.
 func FuzzParseToken(f *testing.F) {
 	for _, s := range []string{
-		"", "0", "1", "007", "00", "10", "-1", "+1", " 1", "1 ", "0x10", "1e3",
-		"9007199254740991", "9007199254740992", "18446744073709551615",
-		"18446744073709551616", "１", strings.Repeat("0", 63) + "5",
-		strings.Repeat("0", 64) + "5", strings.Repeat("9", 70),
+		"", "0", "00", "1", "007",
+		"18446744073709551615", // the largest uint64
+		"18446744073709551616", // one more
+		"99999999999999999999",
+		"+1", "-1", " 1", "1 ", "0x10", "1e3", "1_000", "10",
+		"9007199254740991", "9007199254740992", // 2^53-1, 2^53
+		"１", // FULLWIDTH DIGIT ONE
+		strings.Repeat("9", 70),
+		"١", // ARABIC-INDIC DIGIT ONE
+		strings.Repeat("0", 63) + "1",
+		strings.Repeat("0", 64) + "1",
+		strings.Repeat("0", 44) + "18446744073709551615",
+		strings.Repeat("0", 64),
+		"\xff", "1\xff", "\xc0\xb1", // invalid UTF-8; the last an overlong '1'
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		want, ok := ltReferenceParse(s)
 		tok, err := fencedlock.ParseToken(s)
-		want, valid := ltReferenceParse(s)
-		if err != nil {
-			if !errors.Is(err, fencedlock.ErrInvalidToken) {
-				t.Fatalf("ParseToken(%q) error %v does not wrap ErrInvalidToken", s, err)
+		if ok {
+			if err != nil || tok != want {
+				t.Fatalf("ParseToken(%q) = (%d, %v); want (%d, nil)", s, tok, err, want)
 			}
-			if tok != 0 {
-				t.Fatalf("ParseToken(%q) failed but returned %d", s, tok)
+			if tok.IsZero() {
+				t.Fatalf("ParseToken(%q) = the zero Token", s)
 			}
-			if valid {
-				t.Fatalf("ParseToken(%q) rejected a valid token %d: %v", s, want, err)
+			if got, want := tok.String(), strings.TrimLeft(s, "0"); got != want {
+				t.Fatalf("ParseToken(%q).String() = %q; want %q", s, got, want)
 			}
-			return
+			if again, err := fencedlock.ParseToken(tok.String()); err != nil || again != tok {
+				t.Fatalf("ParseToken(%q) = (%d, %v); want (%d, nil)", tok.String(), again, err, tok)
+			}
+			b, err := tok.MarshalText()
+			if err != nil || string(b) != tok.String() {
+				t.Fatalf("Token(%d).MarshalText() = (%q, %v); want (%q, nil)", tok, b, err, tok.String())
+			}
+		} else {
+			if !errors.Is(err, fencedlock.ErrInvalidToken) || tok != 0 {
+				t.Fatalf("ParseToken(%q) = (%d, %v); want (0, an error wrapping ErrInvalidToken)", s, tok, err)
+			}
 		}
-		if !valid {
-			t.Fatalf("ParseToken(%q) = %d, want an error", s, tok)
+
+		const sentinel fencedlock.Token = 424242
+		u := sentinel
+		err = u.UnmarshalText([]byte(s))
+		switch {
+		case s == "0":
+			if err != nil || u != 0 {
+				t.Fatalf("UnmarshalText(%q) = %v, leaving %d; want nil, leaving 0", s, err, u)
+			}
+		case ok:
+			if err != nil || u != tok {
+				t.Fatalf("UnmarshalText(%q) = %v, leaving %d; want nil, leaving %d", s, err, u, tok)
+			}
+		default:
+			if !errors.Is(err, fencedlock.ErrInvalidToken) || u != sentinel {
+				t.Fatalf("UnmarshalText(%q) on %d = %v, leaving %d; want an error wrapping ErrInvalidToken, leaving %d", s, sentinel, err, u, sentinel)
+			}
 		}
-		if tok != want {
-			t.Fatalf("ParseToken(%q) = %d, want %d", s, tok, want)
+	})
+}
+
+// FuzzTokenText checks the text forms of every uint64: MarshalText and
+// UnmarshalText, String and ParseToken, and JSON.
+func FuzzTokenText(f *testing.F) {
+	for _, n := range []uint64{0, 1, 9, 10, 1<<53 - 1, 1 << 53, math.MaxInt64, 1 << 63, math.MaxUint64} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, n uint64) {
+		tok := fencedlock.Token(n)
+		want := strconv.FormatUint(n, 10)
+
+		b, err := tok.MarshalText()
+		if err != nil || string(b) != want {
+			t.Fatalf("Token(%d).MarshalText() = (%q, %v); want (%q, nil)", n, b, err, want)
 		}
-		if got := tok.String(); got != strings.TrimLeft(s, "0") {
-			t.Fatalf("ParseToken(%q).String() = %q, want the input without leading zeros", s, got)
+		u := fencedlock.Token(424242)
+		if err := u.UnmarshalText(b); err != nil || u != tok {
+			t.Fatalf("UnmarshalText(%q) = %v, leaving %d; want nil, leaving %d", b, err, u, n)
 		}
-		again, err := fencedlock.ParseToken(tok.String())
-		if err != nil || again != tok {
-			t.Fatalf("round trip of %d: got %d, %v", tok, again, err)
+
+		if got := tok.String(); got != want {
+			t.Fatalf("Token(%d).String() = %q; want %q", n, got, want)
 		}
-		text, err := tok.MarshalText()
-		if err != nil {
-			t.Fatal(err)
+		p, err := fencedlock.ParseToken(tok.String())
+		if n == 0 {
+			if !errors.Is(err, fencedlock.ErrInvalidToken) || p != 0 {
+				t.Fatalf("ParseToken(%q) = (%d, %v); want (0, an error wrapping ErrInvalidToken)", want, p, err)
+			}
+		} else if err != nil || p != tok {
+			t.Fatalf("ParseToken(%q) = (%d, %v); want (%d, nil)", want, p, err, n)
 		}
-		var back fencedlock.Token
-		if err := back.UnmarshalText(text); err != nil || back != tok {
-			t.Fatalf("text round trip of %d: got %d, %v", tok, back, err)
+
+		type doc struct {
+			Token fencedlock.Token `json:"token"`
+		}
+		j, err := json.Marshal(doc{tok})
+		if wantJ := `{"token":"` + want + `"}`; err != nil || string(j) != wantJ {
+			t.Fatalf("json.Marshal(Token %d) = (%s, %v); want (%s, nil)", n, j, err, wantJ)
+		}
+		back := doc{Token: 424242}
+		if err := json.Unmarshal(j, &back); err != nil || back.Token != tok {
+			t.Fatalf("json.Unmarshal(%s) = %v, leaving %d; want nil, leaving %d", j, err, back.Token, n)
 		}
 	})
 }

@@ -74,6 +74,13 @@
 // Put and Get at once, and a store's data races show there. The suite
 // takes well under a second on an in-memory store and a few hundred round
 // trips on a networked one.
+//
+// FuzzStore checks the same rules, but for concurrency, on random
+// sequences of Puts and Gets, from a fuzz target:
+//
+//	func FuzzStore(f *testing.F) { fencetest.FuzzStore(f, mystore.New(f.TempDir())) }
+//
+// go test runs its seed inputs; go test -fuzz=FuzzStore explores from there.
 package fencetest
 
 import (
