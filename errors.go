@@ -56,8 +56,9 @@ var (
 
 	// ErrNotReplicated means an acquire of a Locker made with WithReplicas
 	// got its lock, but fewer replicas than asked confirmed the grant in
-	// time. The acquire released the lock. Redis still works; its replicas
-	// are behind or disconnected. Try again later.
+	// time. The acquire released the lock (the error says if that failed).
+	// Redis still works; its replicas are behind or disconnected. Try
+	// again later.
 	ErrNotReplicated = errors.New("fencedlock: grant not confirmed by replicas")
 )
 

@@ -2,6 +2,7 @@ package fencedlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,24 +23,37 @@ import (
 // cases (see the package documentation); WithReplicas closes the others,
 // such as a counter ahead of the clock after Advance, as far as WAIT can:
 // the replica that Redis promotes must be one that confirmed. Promote the
-// most up-to-date replica, as Sentinel and Cluster do, and set n to the
-// number of replicas, to make sure of that. WAIT does not make Redis
-// strongly consistent, and fencing does not depend on it: the store refuses
-// lower tokens whatever Redis loses.
+// most up-to-date replica, as Sentinel and Cluster do, and ask for as many
+// replicas as you can afford to wait for: with n equal to the number of
+// replicas, one replica down makes every acquire fail after timeout. WAIT
+// does not make Redis strongly consistent, and fencing does not depend on
+// it: the store refuses lower tokens whatever Redis loses.
 //
 // Only grants wait: refreshes, releases, IssueToken and store writes do
-// not. The wait costs two round trips more per acquire, on one connection
-// of its own: a refresh of the new lock, which checks that it is still
-// held, then WAIT for the replication offset of that refresh, which comes
-// after the grant's, whichever connection or process made the grant.
+// not. The wait adds two round trips to each acquire, on one connection of
+// the client's pool, kept for both: a refresh of the new lock, which
+// checks that it is still held and restarts its TTL, then WAIT for the
+// replication offset of that refresh, which comes after the grant's,
+// whichever connection or process made the grant. The WAIT itself lasts as
+// long as a replica takes to confirm. A grant is confirmed only while the
+// lock is certainly held: the WAIT is cut short when the TTL has nearly
+// run out, so keep timeout well below the TTL. While replicas are behind,
+// each waiting acquire holds a connection of the pool for up to timeout;
+// size the pool (PoolSize) so that heartbeats and releases still get one.
+//
+// Besides ErrNotReplicated, an acquire can then fail with an error
+// wrapping ErrLockLost (the grant ended before the refresh) or with the
+// error of the refresh or the WAIT (the network, a MOVED reply during
+// resharding). A grant still held is then released, and the error says if
+// that failed too.
 //
 // n must be at least 1 and timeout at least one millisecond (WAIT's 0
 // would wait forever), and the Locker's client a *redis.Client (a single
 // node or a Sentinel failover client) or a *redis.ClusterClient, whose
 // WAIT goes to the master of the lock's hash slot. Otherwise every method
-// of the Locker returns an error wrapping ErrInvalidArgument. Pick timeout
-// with ctx in mind: go-redis does not stop a WAIT when ctx ends, unless
-// the client was made with ContextTimeoutEnabled.
+// of the Locker returns an error wrapping ErrInvalidArgument. go-redis
+// ends a WAIT early only at a ctx deadline, and only for a client made with
+// ContextTimeoutEnabled; a cancelled ctx does not stop it.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(l *Locker) {
 		l.replicas = &replicaWait{n: n, timeout: timeout}
@@ -69,18 +83,19 @@ func (w *replicaWait) check(client redis.UniversalClient) error {
 
 // replicate waits until the replicas confirm the grant of k, a Lock just
 // granted for ttl, as WithReplicas says. When they do not, or the wait
-// fails, it releases k and returns why.
+// fails, it releases k and returns why; when ctx ended meanwhile, the
+// error wraps ctx.Err() too.
 func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) error {
 	w := l.replicas
 	if w == nil {
 		return nil
 	}
-	got, err := l.replicaAcks(ctx, k, ttl)
-	if err == nil && got >= w.n {
+	err := l.replicaAcks(ctx, k, ttl)
+	if err == nil {
 		return nil
 	}
-	if err == nil {
-		err = fmt.Errorf("%w: %q: %d of %d replicas confirmed the grant of token %d within %v", ErrNotReplicated, k.resource, got, w.n, k.token, w.timeout)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", err, cerr)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -91,14 +106,17 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 }
 
 // replicaAcks refreshes k, then sends WAIT on the same connection, and
-// returns how many replicas confirmed. WAIT waits for the replication
-// offset of the connection's own last write: the refresh makes that a
-// write after the grant, which may have been made by another connection
-// (a release that handed the lock over). Refreshing does not shorten the
-// Lock's lease: it is counted from before the grant was sent.
-func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) (int, error) {
+// returns nil when enough replicas confirmed while the lock was certainly
+// held. WAIT waits for the replication offset of the connection's own last
+// write: the refresh makes that a write after the grant, which may have
+// been made by another connection (a release that handed the lock over).
+// The connection is one of the pool's, kept for the two commands
+// (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
+// a new connection, where it would wait for nothing.
+func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
+	w := l.replicas
 	if err := k.settle(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	var node *redis.Client
 	switch c := l.client.(type) {
@@ -107,23 +125,33 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) (i
 	case *redis.ClusterClient:
 		var err error
 		if node, err = c.MasterForKey(ctx, k.keys[keyLock]); err != nil {
-			return 0, fmt.Errorf("fencedlock: acquire %q: finding the master of its slot: %w", k.resource, err)
+			return fmt.Errorf("fencedlock: acquire %q: finding the master of its slot: %w", k.resource, err)
 		}
 	default: // New refused other clients
-		return 0, invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
 	}
 	conn := node.Conn()
 	defer conn.Close()
+	sent := time.Now()
 	n, err := refreshScript.Run(ctx, conn, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return 0, scriptErr("acquire", k.resource, err, k.keys[keyLock])
+		return scriptErr("acquire", k.resource, err, k.keys[keyLock])
 	}
 	if n != 1 {
-		return 0, k.lost("the grant ended before its replicas were asked to confirm it")
+		return k.lost("the grant ended before its replicas were asked to confirm it")
 	}
-	got, err := conn.Wait(ctx, l.replicas.n, l.replicas.timeout).Result()
-	if err != nil {
-		return 0, fmt.Errorf("fencedlock: acquire %q: WAIT for %d replicas: %w", k.resource, l.replicas.n, err)
+	k.hold(sent, ttl)
+	// Wait no longer than the lock is certainly held: confirmations of a
+	// lock that may have expired would be worth nothing.
+	limit := max(min(w.timeout, certainFor(ttl)), time.Millisecond) // WAIT's 0 waits forever
+	got, err := conn.Wait(ctx, w.n, limit).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("fencedlock: acquire %q: WAIT for %d replicas: %w", k.resource, w.n, err)
+	case int(got) < w.n:
+		return fmt.Errorf("%w: %q: %d of %d replicas confirmed the grant of token %d within %v", ErrNotReplicated, k.resource, got, w.n, k.token, limit)
+	case !k.certain():
+		return fmt.Errorf("%w: %q: the replicas confirmed the grant of token %d after its TTL of %v had nearly run out", ErrNotReplicated, k.resource, k.token, ttl)
 	}
-	return int(got), nil
+	return nil
 }

@@ -3,8 +3,10 @@ package fencedlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,18 @@ func rpWaitAcked(t *testing.T, ctx context.Context, master *redis.Client) {
 	}, "the replica's acknowledgement of the master's offset")
 }
 
+// rpSubscribers returns how many connections are subscribed to the
+// channel of resource's grants, by classic or by sharded pub/sub.
+func rpSubscribers(t *testing.T, ctx context.Context, c *redis.Client, l *fencedlock.Locker, resource string) int64 {
+	t.Helper()
+	channel := strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
+	n, err := c.PubSubNumSub(ctx, channel).Result()
+	require.NoError(t, err)
+	sn, err := c.PubSubShardNumSub(ctx, channel).Result()
+	require.NoError(t, err)
+	return n[channel] + sn[channel]
+}
+
 // rpRequireOnReplica checks, at once, that the replica holds lock's grant:
 // its lock key with the lock's token, and the counter at that token.
 func rpRequireOnReplica(t *testing.T, ctx context.Context, rc *redis.Client, l *fencedlock.Locker, lock *fencedlock.Lock) {
@@ -70,7 +84,13 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	ctx := ltCtx(t)
 	rp := rpStart(t, ctx)
 	rp.link.Delay(100 * time.Millisecond)
-	l := fencedlock.New(rp.master, fencedlock.WithReplicas(1, 5*time.Second))
+	// The waiter's client hands out its idle connections oldest first, so
+	// the connection of the WAIT is seldom the one that sent the last
+	// command: a WAIT that is not on the refresh's own connection would
+	// wait for the wrong write.
+	wc := redis.NewClient(&redis.Options{Addr: rp.master.Options().Addr, PoolFIFO: true, MinIdleConns: 4})
+	t.Cleanup(func() { _ = wc.Close() })
+	l := fencedlock.New(wc, fencedlock.WithReplicas(1, 5*time.Second))
 
 	t.Run("TryAcquire", func(t *testing.T) {
 		lock := ltTryAcquire(t, ctx, l, "try", ltLongTTL)
@@ -95,8 +115,9 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 			res := "handover-" + name
 			holder := ltTryAcquire(t, ctx, holderLocker, res, ltLongTTL)
 			done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
-			ltEventually(t, func() bool { return l.Reserved(res) != 0 }, "the waiter to queue")
-			time.Sleep(20 * time.Millisecond) // its subscription
+			ltEventually(t, func() bool {
+				return l.Reserved(res) != 0 && rpSubscribers(t, ctx, rp.master, l, res) == 1
+			}, "the waiter to queue and subscribe")
 			// The master knows that the replica has the waiter's own
 			// writes before the grant: a WAIT for those alone would return
 			// at once.
@@ -108,6 +129,34 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 			require.NoError(t, lock.Release(ctx))
 		})
 	}
+}
+
+// A waiter handed the lock in its own Locker must not ask the replicas
+// before Redis has made the hand-over: the release is held up on its way
+// while the waiter already has the Lock, and the waiter's refresh, on
+// another connection, would otherwise find the old holder's lock.
+func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
+	ctx := ltCtx(t)
+	rp := rpStart(t, ctx)
+	rp.link.Delay(100 * time.Millisecond)
+	p := redistest.NewProxy(t, rp.master.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	l := fencedlock.New(c, fencedlock.WithReplicas(1, 5*time.Second))
+
+	const res = "held-up"
+	holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
+	done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
+	ltEventually(t, func() bool {
+		return l.Reserved(res) != 0 && rpSubscribers(t, ctx, rp.master, l, res) == 1
+	}, "the waiter to queue and subscribe")
+	p.HoldRequests(1, 300*time.Millisecond)
+	require.NoError(t, holder.Release(ctx))
+	require.Equal(t, 1, p.Released(), "the release must have been held up")
+	lock := ltAwait(t, done)
+	require.Greater(t, lock.Token(), holder.Token())
+	rpRequireOnReplica(t, ctx, rp.replica, l, lock)
+	require.NoError(t, lock.Release(ctx))
 }
 
 // When the replica does not confirm in time, the acquire fails with
@@ -223,4 +272,130 @@ func TestWithReplicasInvalid(t *testing.T) {
 		require.True(t, errors.Is(l.Do(ctx, "r", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument), name)
 	}
 	require.Empty(t, b.Miniredis().Keys(), "nothing may be sent")
+}
+
+// rpHook runs before each command of a client whose name is cmd, while
+// armed: it may fail the command by returning an error.
+type rpHook struct {
+	cmd    string
+	armed  atomic.Bool
+	before func(ctx context.Context, c redis.Cmder) error
+}
+
+func (h *rpHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *rpHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *rpHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		if h.armed.Load() && strings.EqualFold(c.Name(), h.cmd) {
+			if err := h.before(ctx, c); err != nil {
+				c.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, c)
+	}
+}
+
+// The failures of the wait itself: the grant gone before the refresh, a
+// WAIT that fails, a TTL shorter than the replication takes, and a ctx
+// that ends. Each time the acquire returns no Lock and the lock is free.
+func TestWithReplicasFailures(t *testing.T) {
+	ctx := ltCtx(t)
+	rp := rpStart(t, ctx)
+
+	// requireFree checks that the failed acquire left res free.
+	requireFree := func(t *testing.T, l *fencedlock.Locker, res string) {
+		t.Helper()
+		n, err := rp.master.Exists(ctx, l.LockKey(res)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the grant must be released")
+	}
+
+	t.Run("grant gone before the refresh", func(t *testing.T) {
+		const res = "gone"
+		c := redis.NewClient(&redis.Options{Addr: rp.master.Options().Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		l := fencedlock.New(c, fencedlock.WithReplicas(1, time.Second))
+		// The refresh is the only script with one key.
+		h := &rpHook{cmd: "evalsha", before: func(ctx context.Context, cmd redis.Cmder) error {
+			if fmt.Sprint(cmd.Args()[2]) == "1" {
+				return rp.master.Del(ctx, l.LockKey(res)).Err()
+			}
+			return nil
+		}}
+		c.AddHook(h)
+		h.armed.Store(true)
+		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+		h.armed.Store(false)
+		require.Nil(t, lock)
+		require.ErrorIs(t, err, fencedlock.ErrLockLost)
+		require.Contains(t, err.Error(), "before its replicas were asked")
+		requireFree(t, l, res)
+	})
+
+	t.Run("WAIT fails", func(t *testing.T) {
+		const res = "wait-fails"
+		injected := errors.New("injected WAIT failure")
+		c := redis.NewClient(&redis.Options{Addr: rp.master.Options().Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		h := &rpHook{cmd: "wait", before: func(context.Context, redis.Cmder) error { return injected }}
+		c.AddHook(h)
+		h.armed.Store(true)
+		l := fencedlock.New(c, fencedlock.WithReplicas(1, time.Second))
+		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+		require.Nil(t, lock)
+		require.ErrorIs(t, err, injected)
+		require.NotErrorIs(t, err, fencedlock.ErrNotReplicated)
+		requireFree(t, l, res)
+	})
+
+	t.Run("replication slower than the TTL", func(t *testing.T) {
+		// WAIT would wait up to 5s for a replica 400ms away, but a lock
+		// of 200ms cannot be confirmed in time: the WAIT is cut short
+		// before the TTL runs out, and the grant is refused.
+		const res, ttl = "slow", 200 * time.Millisecond
+		rp.link.Delay(400 * time.Millisecond)
+		defer rp.link.Delay(0)
+		l := fencedlock.New(rp.master, fencedlock.WithReplicas(1, 5*time.Second))
+		start := time.Now()
+		lock, err := l.TryAcquire(ctx, res, ttl)
+		took := time.Since(start)
+		require.Nil(t, lock)
+		require.ErrorIs(t, err, fencedlock.ErrNotReplicated)
+		require.Less(t, took, time.Second, "the WAIT must end before the TTL does, not at its timeout")
+		requireFree(t, l, res)
+	})
+
+	t.Run("ctx ends", func(t *testing.T) {
+		// With ContextTimeoutEnabled, go-redis ends the WAIT at ctx's
+		// deadline; Acquire's error then says that ctx ended, as when it
+		// ends while waiting for a held lock.
+		rp.link.Pause()
+		defer rp.link.Resume()
+		c := redis.NewClient(&redis.Options{Addr: rp.master.Options().Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		l := fencedlock.New(c, fencedlock.WithReplicas(1, 5*time.Second))
+		for name, acquire := range map[string]func(context.Context, string) (*fencedlock.Lock, error){
+			"TryAcquire": func(ctx context.Context, res string) (*fencedlock.Lock, error) {
+				return l.TryAcquire(ctx, res, ltLongTTL)
+			},
+			"Acquire": func(ctx context.Context, res string) (*fencedlock.Lock, error) {
+				return l.Acquire(ctx, res, ltLongTTL)
+			},
+		} {
+			tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			lock, err := acquire(tctx, "ctx-"+name)
+			cancel()
+			require.Nil(t, lock, name)
+			require.ErrorIs(t, err, context.DeadlineExceeded, name)
+			if name == "Acquire" {
+				require.ErrorIs(t, err, fencedlock.ErrNotAcquired, name)
+			}
+			requireFree(t, l, "ctx-"+name)
+		}
+	})
 }

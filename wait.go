@@ -118,7 +118,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	}
 	lock.hold(base, time.Duration(ms)*time.Millisecond)
 	if err := l.replicate(ctx, lock, time.Duration(ms)*time.Millisecond); err != nil {
-		return nil, err
+		return nil, acquireErr(ctx, err)
 	}
 	if cfg.beat {
 		lock.startHeartbeat(interval)
