@@ -15,6 +15,7 @@ import (
 // requests held up on their way, and broken connections. Point a client at
 // Addr instead of the server. A replica can replicate through it too
 // (REPLICAOF to its address): Pause then stalls the replication stream.
+// Retarget moves it to another server, as a failover moves clients.
 //
 // The proxy forwards bytes in chunks: whatever one read from a socket
 // returned. A small reply to one command is one chunk. Each accepted client
@@ -30,13 +31,14 @@ import (
 // goroutines have returned before the cleanup does (if they have not
 // within 10 seconds, the cleanup fails the test rather than hang).
 type Proxy struct {
-	target string
 	ln     net.Listener
 	ctx    context.Context // done when the proxy is closed
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the accept loop and every connection's goroutines
 
 	mu       sync.Mutex
+	target   string                  // guarded by mu; set by NewProxy and Retarget
+	targets  int                     // guarded by mu; counts Retarget calls
 	idle     *sync.Cond              // on mu: signalled when inflight drops to 0
 	conns    map[*proxyConn]struct{} // guarded by mu
 	closed   bool                    // guarded by mu
@@ -212,6 +214,29 @@ func (p *Proxy) CloseAll() {
 	}
 }
 
+// Retarget points the proxy at a new target (host:port): connections
+// accepted from now on are connected to addr, and every current
+// connection is closed, as by CloseAll, so that clients reconnect and
+// reach addr. A connection being set up to the old target while Retarget
+// runs is closed too. Delay, Pause, DropReplies and HoldRequests keep
+// their settings; chunks held on the closed connections are dropped. Use
+// it to move clients to a promoted replica in a failover.
+func (p *Proxy) Retarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	p.targets++
+	p.mu.Unlock()
+	p.CloseAll()
+}
+
+// targetNow returns the current target and the count of Retarget calls
+// that chose it.
+func (p *Proxy) targetNow() (string, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target, p.targets
+}
+
 // closeWait bounds how long close waits for the proxy's goroutines.
 const closeWait = 10 * time.Second
 
@@ -235,7 +260,8 @@ func (p *Proxy) close(tb testing.TB) {
 	select {
 	case <-done:
 	case <-timer.C:
-		tb.Errorf("redistest: proxy %s -> %s: goroutines still running %v after close", p.Addr(), p.target, closeWait)
+		target, _ := p.targetNow()
+		tb.Errorf("redistest: proxy %s -> %s: goroutines still running %v after close", p.Addr(), target, closeWait)
 	}
 }
 
@@ -251,8 +277,9 @@ func (p *Proxy) accept() {
 			}
 			return // the listener is closed
 		}
+		target, gen := p.targetNow()
 		dctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
-		server, err := d.DialContext(dctx, "tcp", p.target)
+		server, err := d.DialContext(dctx, "tcp", target)
 		cancel()
 		if err != nil {
 			// The target is down (or the proxy is closing): the client
@@ -266,6 +293,13 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 			c.close()
 			return
+		}
+		if p.targets != gen {
+			// Retarget ran while this connection was dialled to the old
+			// target: close it as Retarget closed the others.
+			p.mu.Unlock()
+			c.close()
+			continue
 		}
 		p.conns[c] = struct{}{}
 		p.wg.Add(2)

@@ -1,0 +1,240 @@
+package safety
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// Checkers A and B, and the cross-check of what the clients saw against
+// what the store applied. Checker C, linearizability of the clients'
+// reads and writes, is in model_test.go.
+
+// maxExamples bounds how many violations a checker describes.
+const maxExamples = 10
+
+// examples collects the first maxExamples descriptions of violations.
+type examples []string
+
+func (e *examples) add(format string, args ...any) {
+	if len(*e) < maxExamples {
+		*e = append(*e, fmt.Sprintf(format, args...))
+	}
+}
+
+// ledgerReport is checker A: what the store did with the writes, in the
+// order it applied them. It proves the promise itself: per resource, the
+// tokens of the accepted writes never go down.
+type ledgerReport struct {
+	Puts     int // writes that reached the store
+	Accepted int
+	Rejected int // refused as stale
+	Errors   int // the store failed, and reading it back did not tell whether it wrote
+
+	// StaleAccepted counts writes accepted with a token below the highest
+	// one accepted before them for the resource. The promise: 0.
+	StaleAccepted int
+	// Lost counts accepted writes overwritten by a write with a lower
+	// token: the newer holder's work that a stale holder destroyed. 0.
+	Lost int
+	// BadRejections counts refusals that the fence rule does not explain:
+	// a token not below the stored one, or a Current that is not the
+	// stored token. 0.
+	BadRejections int
+
+	Violations examples
+}
+
+func (r ledgerReport) ok() bool { return r.StaleAccepted == 0 && r.Lost == 0 && r.BadRejections == 0 }
+
+// checkLedger runs checker A over a ledger's entries.
+func checkLedger(entries []ledgerEntry) ledgerReport {
+	type state struct {
+		last      ledgerEntry      // the last accepted write: the stored value
+		max       fencedlock.Token // the highest token accepted
+		written   bool
+		uncertain bool // a store error left the stored value unknown
+	}
+	var r ledgerReport
+	states := map[string]*state{}
+	for _, e := range entries {
+		s := states[e.Resource]
+		if s == nil {
+			s = &state{}
+			states[e.Resource] = s
+		}
+		r.Puts++
+		switch {
+		case e.Accepted:
+			r.Accepted++
+			if s.written && e.Token < s.max {
+				r.StaleAccepted++
+				r.Violations.add("%s: accepted %q with token %d after token %d had been accepted", e.Resource, e.Value, e.Token, s.max)
+			}
+			if s.written && e.Token < s.last.Token {
+				r.Lost++
+				r.Violations.add("%s: %q (token %d) lost: overwritten by %q (token %d)", e.Resource, s.last.Value, s.last.Token, e.Value, e.Token)
+			}
+			s.last, s.written = e, true
+			s.max = max(s.max, e.Token)
+		case e.Err != "":
+			r.Errors++
+			s.uncertain = true
+		default:
+			r.Rejected++
+			if !s.uncertain && (!s.written || e.Token >= s.last.Token || e.Current != s.last.Token) {
+				r.BadRejections++
+				r.Violations.add("%s: %q with token %d refused, reporting current %d, while the store held token %d", e.Resource, e.Value, e.Token, e.Current, s.last.Token)
+			}
+		}
+	}
+	return r
+}
+
+// deliveryReport compares what each client saw of its writes with what
+// the store did with them. A write that the client gave up on (its outcome
+// is unknown) and that the store applied after the client's call had
+// returned was delivered late: the nemesis held it in the network, or the
+// client's timeout was shorter than the store's answer.
+type deliveryReport struct {
+	Late         int // late deliveries
+	LateAccepted int // ... accepted: nobody newer had written meanwhile
+	LateRejected int // ... refused as stale: a newer holder had written
+	// Mismatches counts writes whose client saw an answer the store did
+	// not give: "ok" for a write the store refused or never got, "stale"
+	// for one it accepted or refused with another current token, or a
+	// write the store applied twice. 0: the HTTP layer carries the
+	// store's answer faithfully.
+	Mismatches int
+	// Orphans counts writes the store applied that no client recorded.
+	// 0: every client ran to the end.
+	Orphans int
+
+	Examples examples
+}
+
+func (r deliveryReport) ok() bool { return r.Mismatches == 0 && r.Orphans == 0 }
+
+// checkDeliveries matches the store's ledger with the clients' put ops,
+// by value (every value is written once).
+func checkDeliveries(ops []op, entries []ledgerEntry) deliveryReport {
+	var r deliveryReport
+	puts := map[string]op{}
+	for _, o := range ops {
+		if o.Kind == opPut {
+			puts[o.Value] = o
+		}
+	}
+	applied := map[string]bool{}
+	for _, e := range entries {
+		o, ok := puts[e.Value]
+		if !ok {
+			r.Orphans++
+			r.Examples.add("%s: the store got %q (token %d), which no client recorded", e.Resource, e.Value, e.Token)
+			continue
+		}
+		if applied[e.Value] {
+			r.Mismatches++
+			r.Examples.add("%s: the store got %q twice", e.Resource, e.Value)
+			continue
+		}
+		applied[e.Value] = true
+		switch o.Outcome {
+		case outOK:
+			if !e.Accepted {
+				r.Mismatches++
+				r.Examples.add("%s: the client saw %q accepted; the store refused it (current %d, error %q)", e.Resource, e.Value, e.Current, e.Err)
+			}
+		case outStale:
+			if e.Accepted || e.Current != o.Current {
+				r.Mismatches++
+				r.Examples.add("%s: the client saw %q refused with current %d; the store accepted=%v current=%d", e.Resource, e.Value, o.Current, e.Accepted, e.Current)
+			}
+		default:
+			if e.At > o.Return {
+				r.Late++
+				if e.Accepted {
+					r.LateAccepted++
+				} else {
+					r.LateRejected++
+				}
+			}
+		}
+	}
+	for _, o := range puts {
+		if (o.Outcome == outOK || o.Outcome == outStale) && !applied[o.Value] {
+			r.Mismatches++
+			r.Examples.add("%s: the client saw %q %s, but the store never got it", o.Resource, o.Value, o.Outcome)
+		}
+	}
+	return r
+}
+
+// grantReport is checker B, over the grants the clients received.
+type grantReport struct {
+	Grants int // successful acquires
+	// Duplicates counts grants of a resource carrying a token that an
+	// earlier grant of it carried: both holders would pass the fence. 0.
+	Duplicates int
+	// Inversions counts grants whose acquire call started after another
+	// grant of the resource had returned to its client, and carry a lower
+	// token. Fencing does not need tokens in order (the store refuses the
+	// later, lower one: a liveness cost), but a counter lost to a restart,
+	// a flush or a failover is raised to the Redis clock, and on one
+	// machine the clock does not step back: an inversion means that
+	// raise failed, so it fails the scenario. (Seeding lost counters from
+	// a constant instead of the clock gives hundreds.)
+	Inversions int
+
+	Examples examples
+}
+
+// checkGrants runs checker B over the acquire ops.
+func checkGrants(ops []op) grantReport {
+	var r grantReport
+	byRes := map[string][]op{}
+	for _, o := range ops {
+		if o.Kind == opAcquire && o.Outcome == outOK {
+			r.Grants++
+			byRes[o.Resource] = append(byRes[o.Resource], o)
+		}
+	}
+	resources := make([]string, 0, len(byRes))
+	for res := range byRes {
+		resources = append(resources, res)
+	}
+	sort.Strings(resources)
+	for _, res := range resources {
+		grants := byRes[res]
+		first := map[fencedlock.Token]op{}
+		for _, g := range grants {
+			if f, dup := first[g.Token]; dup {
+				r.Duplicates++
+				r.Examples.add("%s: token %d granted twice: to c%d at %s and to c%d at %s", res, g.Token, f.Client, wallTime(f.Return), g.Client, wallTime(g.Return))
+				continue
+			}
+			first[g.Token] = g
+		}
+		// Sweep the grants in order of their calls, keeping the highest
+		// token among the grants that had returned before the call.
+		byCall := append([]op(nil), grants...)
+		sort.Slice(byCall, func(i, j int) bool { return byCall[i].Call < byCall[j].Call })
+		byReturn := append([]op(nil), grants...)
+		sort.Slice(byReturn, func(i, j int) bool { return byReturn[i].Return < byReturn[j].Return })
+		var high op
+		j := 0
+		for _, g := range byCall {
+			for ; j < len(byReturn) && byReturn[j].Return < g.Call; j++ {
+				if byReturn[j].Token > high.Token {
+					high = byReturn[j]
+				}
+			}
+			if g.Token < high.Token {
+				r.Inversions++
+				r.Examples.add("%s: c%d's acquire, called at %s, got token %d; c%d's had returned token %d at %s", res, g.Client, wallTime(g.Call), g.Token, high.Client, high.Token, wallTime(high.Return))
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,263 @@
+package safety
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// The workload: each client loops over a few resources. One cycle
+// acquires a lock (TryAcquire with retries, or the waiting Acquire with a
+// deadline, some with a heartbeat), reads the resource from the store,
+// sometimes sleeps past the TTL (a GC pause: no heartbeat runs, the lock
+// expires and another client takes it), writes a unique value with the
+// lock's token once or twice, and releases. Every call is recorded with
+// its outcome; errors are expected and are part of the history.
+
+// clientSpec is what one client does. It is sent to child processes as
+// JSON.
+type clientSpec struct {
+	ID        int           // unique in the scenario; values are "c<ID>-<n>"
+	Seed      int64         // of the client's math/rand source
+	Resources []string      // locked and written, chosen at random per cycle
+	TTL       time.Duration // of every lock
+	// PauseEvery > 0 makes the client sleep past the TTL between its read
+	// and its write in one cycle of PauseEvery, on average, with a lock
+	// without heartbeat: the lock expires under it.
+	PauseEvery int
+	// Heartbeat makes the waiting acquires use WithHeartbeat (not in the
+	// cycles that pause, where a heartbeat in this process would keep the
+	// lock alive: only a whole-process stop defeats it).
+	Heartbeat bool
+	// WorkMax bounds the work (a sleep) the client does before each write
+	// while it holds the lock: the longer, the likelier a fault finds it
+	// holding one.
+	WorkMax time.Duration
+	StopAt  int64 // wall clock, UnixNano: no cycle starts after it
+}
+
+// lockTarget says how clients reach the lock Redis.
+type lockTarget struct {
+	Addrs   []string
+	Cluster bool // a Redis Cluster: Addrs are its nodes
+	// Replicas > 0 makes the Lockers wait for that many replicas to
+	// confirm each grant (fencedlock.WithReplicas), for ReplicaTimeout.
+	Replicas       int
+	ReplicaTimeout time.Duration
+}
+
+// newLocker returns a Locker on client with the target's options.
+func (lt lockTarget) newLocker(client redis.UniversalClient) *fencedlock.Locker {
+	if lt.Replicas > 0 {
+		return fencedlock.New(client, fencedlock.WithReplicas(lt.Replicas, lt.ReplicaTimeout))
+	}
+	return fencedlock.New(client)
+}
+
+// Timeouts of every Redis connection of the suite: small, so that a
+// stalled network fails calls instead of hanging the run.
+const (
+	redisTimeout = 500 * time.Millisecond
+	poolTimeout  = time.Second
+)
+
+// newRedisClient returns a client of the lock Redis. maxRetries is
+// go-redis's MaxRetries (-1: none).
+func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
+	if lt.Cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 lt.Addrs,
+			DialTimeout:           redisTimeout,
+			ReadTimeout:           redisTimeout,
+			WriteTimeout:          redisTimeout,
+			PoolTimeout:           poolTimeout,
+			MaxRetries:            maxRetries,
+			ContextTimeoutEnabled: true,
+		})
+	}
+	return redis.NewClient(&redis.Options{
+		Addr:                  lt.Addrs[0],
+		DialTimeout:           redisTimeout,
+		ReadTimeout:           redisTimeout,
+		WriteTimeout:          redisTimeout,
+		PoolTimeout:           poolTimeout,
+		MaxRetries:            maxRetries,
+		ContextTimeoutEnabled: true,
+	})
+}
+
+// Bounds of one cycle's calls.
+const (
+	acquireFor   = time.Second            // TryAcquire retries, or Acquire waits, this long
+	releaseFor   = 500 * time.Millisecond // the Release call
+	storeCallFor = time.Second            // each Get and Put (the HTTP client's own timeout is shorter)
+)
+
+// A worker runs one client's loop. It is not safe for concurrent use: one
+// goroutine runs it.
+type worker struct {
+	spec   clientSpec
+	locker *fencedlock.Locker // may be shared with other workers
+	store  fencedlock.Store
+	rec    *recorder
+	rng    *rand.Rand
+	seq    int // values written so far
+}
+
+func newWorker(spec clientSpec, locker *fencedlock.Locker, store fencedlock.Store, rec *recorder) *worker {
+	return &worker{spec: spec, locker: locker, store: store, rec: rec, rng: rand.New(rand.NewSource(spec.Seed))}
+}
+
+// run loops until StopAt (wall clock) or until ctx is done (the scenario
+// was aborted).
+func (w *worker) run(ctx context.Context) {
+	for ctx.Err() == nil && now() < w.spec.StopAt {
+		w.cycle(ctx)
+	}
+}
+
+func (w *worker) cycle(ctx context.Context) {
+	res := w.spec.Resources[w.rng.Intn(len(w.spec.Resources))]
+	pause := w.spec.PauseEvery > 0 && w.rng.Intn(w.spec.PauseEvery) == 0
+	lock := w.acquire(ctx, res, w.spec.Heartbeat && !pause)
+	if lock == nil {
+		w.sleep(ctx, time.Duration(1+w.rng.Intn(20))*time.Millisecond)
+		return
+	}
+	w.get(ctx, res)
+	if pause {
+		// Past the TTL: the lock expires while this client does nothing,
+		// as in a GC pause between a check and a write.
+		d := w.spec.TTL + time.Duration(50+w.rng.Intn(200))*time.Millisecond
+		start := now()
+		w.sleep(ctx, d)
+		w.rec.add(op{Client: w.spec.ID, Resource: res, Kind: opPause, Call: start, Return: now(), Outcome: outOK})
+	}
+	for i, n := 0, 1+w.rng.Intn(2); i < n && ctx.Err() == nil; i++ {
+		// Some work before each write, so that the faults often find the
+		// client holding a lock.
+		w.sleep(ctx, time.Millisecond+time.Duration(w.rng.Int63n(int64(w.spec.WorkMax))))
+		if w.put(ctx, res, lock.Token(), pause) != outOK {
+			break
+		}
+	}
+	w.release(ctx, lock)
+}
+
+// sleep sleeps for d or until ctx is done.
+func (w *worker) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// acquire gets the lock on res, or returns nil after acquireFor. Half the
+// cycles call TryAcquire again and again; the others wait in Acquire.
+func (w *worker) acquire(ctx context.Context, res string, heartbeat bool) *fencedlock.Lock {
+	ctx, cancel := context.WithTimeout(ctx, acquireFor)
+	defer cancel()
+	if w.rng.Intn(2) == 0 {
+		var opts []fencedlock.AcquireOption
+		if heartbeat {
+			opts = append(opts, fencedlock.WithHeartbeat(0))
+		}
+		o := op{Client: w.spec.ID, Resource: res, Kind: opAcquire, Wait: true, Call: now()}
+		lock, err := w.locker.Acquire(ctx, res, w.spec.TTL, opts...)
+		w.recordAcquire(o, lock, err)
+		return lock
+	}
+	for ctx.Err() == nil {
+		o := op{Client: w.spec.ID, Resource: res, Kind: opAcquire, Call: now()}
+		lock, err := w.locker.TryAcquire(ctx, res, w.spec.TTL)
+		w.recordAcquire(o, lock, err)
+		if err == nil {
+			return lock
+		}
+		w.sleep(ctx, time.Duration(2+w.rng.Intn(15))*time.Millisecond)
+	}
+	return nil
+}
+
+func (w *worker) recordAcquire(o op, lock *fencedlock.Lock, err error) {
+	o.Return = now()
+	switch {
+	case err == nil:
+		o.Outcome, o.Token = outOK, lock.Token()
+	case errors.Is(err, fencedlock.ErrNotAcquired):
+		o.Outcome = outFail
+	case errors.Is(err, fencedlock.ErrNotReplicated):
+		o.Outcome, o.Err = outNotReplicated, err.Error()
+	default:
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+	w.rec.add(o)
+}
+
+func (w *worker) get(ctx context.Context, res string) {
+	ctx, cancel := context.WithTimeout(ctx, storeCallFor)
+	defer cancel()
+	o := op{Client: w.spec.ID, Resource: res, Kind: opGet, Call: now()}
+	value, token, err := w.store.Get(ctx, res)
+	o.Return = now()
+	switch {
+	case err == nil:
+		o.Outcome, o.Value, o.Token = outOK, string(value), token
+	case errors.Is(err, fencedlock.ErrNotFound):
+		o.Outcome = outNotFound
+	default:
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+	w.rec.add(o)
+}
+
+// put writes a fresh unique value with token and returns the outcome.
+func (w *worker) put(ctx context.Context, res string, token fencedlock.Token, paused bool) outcome {
+	ctx, cancel := context.WithTimeout(ctx, storeCallFor)
+	defer cancel()
+	w.seq++
+	value := fmt.Sprintf("c%d-%d", w.spec.ID, w.seq)
+	o := op{Client: w.spec.ID, Resource: res, Kind: opPut, Token: token, Value: value, Paused: paused, Call: now()}
+	err := w.store.Put(ctx, res, token, []byte(value))
+	o.Return = now()
+	var stale *fencedlock.StaleTokenError
+	switch {
+	case err == nil:
+		o.Outcome = outOK
+	case errors.As(err, &stale):
+		o.Outcome, o.Current = outStale, stale.Current
+	default:
+		// Anything else, a 500 or a timeout among them: the write may
+		// have landed, or may land later.
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+	w.rec.add(o)
+	return o.Outcome
+}
+
+func (w *worker) release(ctx context.Context, lock *fencedlock.Lock) {
+	// Released even when ctx is done (the scenario is ending), within a
+	// short detached timeout, as the library's docs advise.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseFor)
+	defer cancel()
+	o := op{Client: w.spec.ID, Resource: lock.Resource(), Kind: opRelease, Token: lock.Token(), Call: now()}
+	err := lock.Release(ctx)
+	o.Return = now()
+	switch {
+	case err == nil:
+		o.Outcome = outOK
+	case errors.Is(err, fencedlock.ErrLockLost):
+		o.Outcome = outFail
+	default:
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+	w.rec.add(o)
+}

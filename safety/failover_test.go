@@ -1,0 +1,146 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// The failover fault: two redis-servers, a master and a replica that
+// replicates through a proxy. The nemesis cuts the replication link, lets
+// clients take locks on the master alone (the replica misses those
+// grants' INCRs and lock keys), promotes the replica and moves the
+// clients to it. Holders granted on the old master still believe they
+// hold their locks and write; the new master's grants must carry higher
+// tokens (the counter is raised to the clock when it lags), so the store
+// refuses the old holders. Then the old master is made a replica of the
+// new one, through the proxy, and once it has caught up the same happens
+// the other way.
+
+// failoverRig is the two servers and their proxies. It is used by the
+// test goroutine only.
+type failoverRig struct {
+	servers [2]*redistest.Server
+	admin   [2]*redis.Client // direct clients, for REPLICAOF and INFO
+	master  int              // index of the current master
+	clients *redistest.Proxy // the lock clients' way to the current master
+	repl    *redistest.Proxy // the replica's way to the current master
+}
+
+func newFailoverRig(t *testing.T) *failoverRig {
+	t.Helper()
+	f := &failoverRig{}
+	for i := range f.servers {
+		// No delay before a diskless full sync: the default waits 5s for
+		// more replicas to come.
+		f.servers[i] = redistest.Start(t, "--repl-diskless-sync-delay", "0")
+		f.admin[i] = redis.NewClient(&redis.Options{
+			Addr: f.servers[i].Addr, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout,
+		})
+		c := f.admin[i]
+		t.Cleanup(func() { c.Close() })
+	}
+	f.clients = redistest.NewProxy(t, f.servers[0].Addr)
+	f.repl = redistest.NewProxy(t, f.servers[0].Addr)
+	if err := f.replicaOf(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.waitInSync(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// replicaOf makes server i a replica of the current master, through the
+// replication proxy.
+func (f *failoverRig) replicaOf(i int) error {
+	host, port, err := net.SplitHostPort(f.repl.Addr())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return f.admin[i].Do(ctx, "REPLICAOF", host, port).Err()
+}
+
+// step is one failover: cut, let the master run alone for a while,
+// promote the replica, move the clients, and make the old master a
+// replica of the new one.
+func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) error {
+	old, next := f.master, 1-f.master
+
+	// The replica falls behind: grants on the master are not replicated.
+	f.repl.Pause()
+	time.Sleep(ttl + time.Duration(100+rng.Intn(400))*time.Millisecond)
+
+	// Promotion, and the clients move over; their connections to the old
+	// master are closed.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := f.admin[next].Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("promoting %s: %w", f.servers[next].Addr, err)
+	}
+	f.clients.Retarget(f.servers[next].Addr)
+	f.master = next
+
+	// The old master goes on alone for a moment (nobody reaches it), then
+	// follows the new one and drops what it had.
+	time.Sleep(time.Duration(100+rng.Intn(300)) * time.Millisecond)
+	f.repl.Retarget(f.servers[next].Addr)
+	f.repl.Resume()
+	if err := f.replicaOf(old); err != nil {
+		return fmt.Errorf("making %s a replica: %w", f.servers[old].Addr, err)
+	}
+	return f.waitInSync()
+}
+
+// waitInSync waits until the replica's link to the master is up and the
+// replica has applied everything the master had sent when the wait began.
+// (The clients keep writing, so the offsets need not ever be equal.)
+func (f *failoverRig) waitInSync() error {
+	m, r := f.admin[f.master], f.admin[1-f.master]
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var target int64 = -1
+	var last string
+	for ctx.Err() == nil {
+		mi, err := redisInfo(ctx, m, "replication")
+		if err == nil && target < 0 {
+			target, _ = strconv.ParseInt(mi["master_repl_offset"], 10, 64)
+		}
+		ri, rerr := redisInfo(ctx, r, "replication")
+		if err == nil && rerr == nil {
+			off, _ := strconv.ParseInt(ri["slave_repl_offset"], 10, 64)
+			last = fmt.Sprintf("master offset %d when the wait began; replica: role %s, link %s, offset %d", target, ri["role"], ri["master_link_status"], off)
+			if target >= 0 && ri["master_link_status"] == "up" && off >= target {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("the replica did not catch up with its master: %s", last)
+}
+
+// redisInfo returns the fields of an INFO section.
+func redisInfo(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
+	raw, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(raw, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields, nil
+}

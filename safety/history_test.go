@@ -1,0 +1,155 @@
+package safety
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// An opKind names what a client did.
+type opKind string
+
+const (
+	opAcquire opKind = "acquire" // TryAcquire or Acquire
+	opGet     opKind = "get"     // Store.Get
+	opPut     opKind = "put"     // Store.Put with the lock's token
+	opRelease opKind = "release" // Lock.Release
+	opPause   opKind = "pause"   // the client slept past the TTL while holding the lock
+)
+
+// An outcome is how an operation ended, as its client saw it.
+type outcome string
+
+const (
+	// outOK: granted, read, written, released.
+	outOK outcome = "ok"
+	// outFail: a definite no. Acquire: the lock is held (ErrNotAcquired);
+	// release: the lock was lost.
+	outFail outcome = "fail"
+	// outStale: the store refused the write with a *StaleTokenError; the
+	// op's Current is the token the store reported.
+	outStale outcome = "stale"
+	// outNotFound: the store holds no value for the resource.
+	outNotFound outcome = "notfound"
+	// outNotReplicated: acquire got the lock, but fewer replicas than
+	// WithReplicas asked for confirmed the grant; the acquire released it.
+	outNotReplicated outcome = "notreplicated"
+	// outUnknown: any other error (a timeout, a broken connection, a 500).
+	// The operation may have taken effect, or may still take effect later:
+	// a write held up in the network can land after its client gave up.
+	outUnknown outcome = "unknown"
+)
+
+// An op is one operation of one client, recorded when it returned.
+//
+// Call and Return are wall-clock times, time.Now().UnixNano(), not the
+// monotonic clock: the child processes record their ops in their own
+// process, and only the wall clock is common to all processes on the
+// machine. A step of the wall clock during a run (NTP) could make
+// operations look reordered; the runs are seconds or minutes long on one
+// machine, where that does not happen in practice.
+type op struct {
+	Client   int              `json:"c"`
+	Resource string           `json:"r"`
+	Kind     opKind           `json:"k"`
+	Call     int64            `json:"call"`
+	Return   int64            `json:"ret"`
+	Outcome  outcome          `json:"o"`
+	Token    fencedlock.Token `json:"t,omitempty"`   // acquire: granted; put: written with; get: read
+	Value    string           `json:"v,omitempty"`   // put: written; get: read
+	Current  fencedlock.Token `json:"cur,omitempty"` // put refused as stale: the store's token
+	Wait     bool             `json:"w,omitempty"`   // acquire: the waiting Acquire, not TryAcquire
+	Paused   bool             `json:"p,omitempty"`   // put: the client paused past the TTL before it
+	Err      string           `json:"err,omitempty"` // the error, for the log
+}
+
+func (o op) String() string {
+	s := fmt.Sprintf("c%d %s %s %s", o.Client, o.Kind, o.Resource, o.Outcome)
+	if o.Token != 0 {
+		s += fmt.Sprintf(" token=%d", o.Token)
+	}
+	if o.Value != "" {
+		s += fmt.Sprintf(" value=%q", o.Value)
+	}
+	if o.Current != 0 {
+		s += fmt.Sprintf(" current=%d", o.Current)
+	}
+	if o.Paused {
+		s += " (after a pause)"
+	}
+	return s + fmt.Sprintf(" [%s..%s]", wallTime(o.Call), wallTime(o.Return))
+}
+
+// wallTime formats a UnixNano timestamp for the log.
+func wallTime(ns int64) string {
+	return time.Unix(0, ns).Format("15:04:05.000000")
+}
+
+// now is the timestamp of the history: wall clock (see op).
+func now() int64 { return time.Now().UnixNano() }
+
+// A recorder collects the ops of the clients of one process. It is safe
+// for concurrent use.
+type recorder struct {
+	mu  sync.Mutex
+	ops []op // guarded by mu
+}
+
+func (r *recorder) add(o op) {
+	r.mu.Lock()
+	r.ops = append(r.ops, o)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]op(nil), r.ops...)
+}
+
+// sortOps orders a history by call time, for the checkers and the logs.
+func sortOps(ops []op) {
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+}
+
+// writeOps writes ops to path as JSON lines: how a child process hands its
+// history to the parent, and how a failing scenario leaves its history for
+// a post-mortem.
+func writeOps(path string, ops []op) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, o := range ops {
+		if err := enc.Encode(o); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// readOps reads what writeOps wrote.
+func readOps(path string) ([]op, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ops []op
+	dec := json.NewDecoder(f)
+	for dec.More() {
+		var o op
+		if err := dec.Decode(&o); err != nil {
+			return ops, fmt.Errorf("%s: op %d: %w", path, len(ops)+1, err)
+		}
+		ops = append(ops, o)
+	}
+	return ops, nil
+}

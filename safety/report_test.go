@@ -1,0 +1,116 @@
+package safety
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// summary is one scenario's result, for its log line and the report.
+type summary struct {
+	Name     string
+	Seed     int64
+	Workload time.Duration
+	Took     time.Duration // the whole scenario: setup, workload, checks
+	Clients  string        // "4" or "4+2": in-process + child processes
+	Ops      int
+	Faults   map[string]int // by kind, the clients' pauses included
+	Puts     int            // writes the clients attempted
+	Stale    int            // writes the clients saw refused as stale
+	Unknown  int            // writes whose outcome the clients did not learn
+	// NotReplicated counts acquires refused with ErrNotReplicated.
+	NotReplicated int
+
+	Ledger     *ledgerReport   // nil when the clients write to Redis directly
+	Deliveries *deliveryReport // nil likewise
+	Grants     grantReport
+	Lin        linResult
+	Negative   bool
+}
+
+// faultList formats fault counts: "pause×12, sigstop×5".
+func faultList(faults map[string]int) string {
+	kinds := make([]string, 0, len(faults))
+	for k := range faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, faults[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// line is the scenario's one-line summary.
+func (s summary) line() string {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "%s: %v, clients %s, ops %d, grants %d, faults [%s], puts %d (client-seen stale %d, unknown %d)",
+		s.Name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), s.Puts, s.Stale, s.Unknown)
+	if s.Ledger != nil {
+		fmt.Fprintf(b, "; store: accepted %d, rejected %d, errors %d, stale accepted %d, lost %d",
+			s.Ledger.Accepted, s.Ledger.Rejected, s.Ledger.Errors, s.Ledger.StaleAccepted, s.Ledger.Lost)
+		fmt.Fprintf(b, "; late deliveries %d (rejected %d, accepted %d)", s.Deliveries.Late, s.Deliveries.LateRejected, s.Deliveries.LateAccepted)
+	}
+	if s.NotReplicated > 0 {
+		fmt.Fprintf(b, "; acquires not replicated %d", s.NotReplicated)
+	}
+	fmt.Fprintf(b, "; duplicate tokens %d, inversions %d; porcupine %v", s.Grants.Duplicates, s.Grants.Inversions, s.Lin)
+	return b.String()
+}
+
+// markdown is the report: one table row per scenario, then the negative
+// control's findings.
+func markdown(sums []summary, cfg runConfig) string {
+	b := &strings.Builder{}
+	mode := "quick"
+	if cfg.long {
+		mode = "long"
+	}
+	fmt.Fprintf(b, "Safety suite, %s mode: %v of workload per scenario, seed %d, TTL %v.\n\n", mode, cfg.duration, cfg.seed, lockTTL)
+	b.WriteString("| scenario | workload | clients | ops | grants | faults injected | puts | stale rejected | late deliveries (rejected / accepted) | stale accepted | lost | duplicate tokens | inversions | porcupine |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range sums {
+		stale, late, staleAcc, lost := fmt.Sprint(s.Stale), "–", "–", "–"
+		if s.Ledger != nil {
+			stale = fmt.Sprint(s.Ledger.Rejected)
+			late = fmt.Sprintf("%d (%d / %d)", s.Deliveries.Late, s.Deliveries.LateRejected, s.Deliveries.LateAccepted)
+			staleAcc, lost = fmt.Sprint(s.Ledger.StaleAccepted), fmt.Sprint(s.Ledger.Lost)
+		}
+		name := s.Name
+		if s.Negative {
+			name += " (unfenced)"
+		}
+		fmt.Fprintf(b, "| %s | %v | %s | %d | %d | %s | %d | %s | %s | %s | %s | %d | %d | %s, %d ops, %v |\n",
+			name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), s.Puts, stale, late,
+			staleAcc, lost, s.Grants.Duplicates, s.Grants.Inversions, s.Lin.Result, s.Lin.Ops, s.Lin.Took.Round(time.Millisecond))
+	}
+	for _, s := range sums {
+		if s.NotReplicated > 0 {
+			fmt.Fprintf(b, "\n%s: %d acquires got their lock but were refused with ErrNotReplicated (the replica had not confirmed the grant within %v), against %d grants.\n",
+				s.Name, s.NotReplicated, replicaTimeout, s.Grants.Grants)
+		}
+	}
+	for _, s := range sums {
+		if !s.Negative || s.Ledger == nil {
+			continue
+		}
+		fmt.Fprintf(b, "\n### Negative control: %s\n\n", s.Name)
+		fmt.Fprintf(b, "The same clients and faults against a store without the fence, which accepts every write. "+
+			"The checkers must report it, or the suite could not fail. Of %d writes the store got, it accepted %d "+
+			"with a token below one it had already accepted (stale accepted), and %d newer writes were lost, overwritten "+
+			"by a stale holder; %d late deliveries were accepted. Porcupine: %s.\n",
+			s.Ledger.Puts, s.Ledger.StaleAccepted, s.Ledger.Lost, s.Deliveries.LateAccepted, s.Lin.Result)
+		if len(s.Ledger.Violations) > 0 {
+			b.WriteString("\nThe first violations:\n\n")
+			for _, v := range s.Ledger.Violations {
+				fmt.Fprintf(b, "- %s\n", v)
+			}
+		}
+	}
+	return b.String()
+}

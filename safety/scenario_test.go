@@ -1,0 +1,348 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// Workload constants, the same in both modes.
+const (
+	lockTTL          = 200 * time.Millisecond // short, so that pauses and faults outlast it often
+	lateWriteHold    = 900 * time.Millisecond // > storeHTTPTimeout and redisTimeout, > lockTTL
+	inProcessClients = 4                      // two Lockers, each shared by two goroutines
+	childWaitTimeout = 30 * time.Second       // for a child to exit after the workload's end
+	replicaTimeout   = 100 * time.Millisecond // WithReplicas's WAIT, well below redisTimeout
+	// Work before each write: children work longer, so that SIGSTOP
+	// often finds them holding a lock.
+	inProcessWork = 10 * time.Millisecond
+	childWork     = 40 * time.Millisecond
+)
+
+var resources = []string{"r0", "r1", "r2"}
+
+// Where the locks live.
+const (
+	topoSingle   = "single"   // one redis-server behind a fault proxy
+	topoFailover = "failover" // a master and a replica that trade places (failoverRig)
+	topoCluster  = "cluster"  // a 3-master Redis Cluster, no proxy
+)
+
+// What the clients write to.
+const (
+	storeMemory   = "memory"   // a fencedlock.MemoryStore behind the ledger, over HTTP
+	storeRedis    = "redis"    // a fencedlock.RedisStore on its own redis-server behind the ledger, over HTTP
+	storeUnfenced = "unfenced" // the negative control: accepts every write, behind the ledger, over HTTP
+	storeDirect   = "direct"   // a fencedlock.RedisStore that the clients call themselves, through a fault proxy
+)
+
+// A scenario is one workload under one set of faults.
+type scenario struct {
+	name     string
+	topology string
+	store    string
+	pauses   bool // in-process clients sleep past the TTL before writing
+	children int  // child processes (the sigstop fault's targets)
+	faults   []string
+	// replicas > 0: the Lockers wait for that many replicas to confirm
+	// each grant (fencedlock.WithReplicas).
+	replicas int
+	// negative: the store is not fenced, and the checkers must report it.
+	negative bool
+}
+
+// scenarios run in this order; a scenario's seed is the base seed plus
+// its index, so that -run TestSafety/<name> with the logged base seed
+// replays its random choices.
+var scenarios = []scenario{
+	// Holders paused past their TTL (GC pauses): the textbook case.
+	{name: "pause", topology: topoSingle, store: storeMemory, pauses: true},
+	// Whole processes stopped past their TTL, heartbeats included.
+	{name: "sigstop", topology: topoSingle, store: storeMemory, children: 2, faults: []string{faultSigstop}},
+	// A faulty network between the clients and Redis. The faults slow
+	// every lock client alike and leave the store's network alone, so a
+	// stale write is rare here: what this checks is the grants, under
+	// lost replies, resent scripts and grants that arrive expired.
+	{name: "proxy", topology: topoSingle, store: storeMemory, faults: []string{faultProxy}},
+	// Writes delivered after their clients gave up.
+	{name: "late-write", topology: topoSingle, store: storeMemory, faults: []string{faultLateWrite}},
+	// Lock state lost: the server killed and restarted empty, or flushed.
+	// The store is a RedisStore (on another server, which keeps its data).
+	{name: "restart", topology: topoSingle, store: storeRedis, pauses: true, faults: []string{faultRestart, faultFlushAll}},
+	// Failovers to a replica that missed the latest grants.
+	{name: "failover", topology: topoFailover, store: storeMemory, pauses: true, faults: []string{faultFailover}},
+	// The same with WithReplicas(1): a grant counts only once the replica
+	// has it, so acquires fail while the link is cut (ErrNotReplicated),
+	// and the promoted replica has every grant a client received.
+	{name: "failover-wait", topology: topoFailover, store: storeMemory, pauses: true, faults: []string{faultFailover}, replicas: 1},
+	// A real 3-master cluster: keys of different resources on different
+	// masters, every master flushed.
+	{name: "cluster", topology: topoCluster, store: storeMemory, pauses: true, children: 2, faults: []string{faultSigstop, faultFlushAll}},
+	// Everything at once on one node, with a RedisStore behind the ledger.
+	{name: "mixed", topology: topoSingle, store: storeRedis, pauses: true, children: 2,
+		faults: []string{faultSigstop, faultProxy, faultLateWrite, faultRestart, faultFlushAll}},
+	// The clients call a RedisStore themselves, through a faulty network
+	// (its writes held, delayed, their replies lost): RedisStore's own
+	// script must fence atomically under concurrency. No ledger: checker C
+	// alone judges.
+	{name: "redis-store", topology: topoSingle, store: storeDirect, pauses: true, faults: []string{faultStoreProxy, faultLateWrite, faultProxy}},
+	// The negative control: pauses and late writes against an unfenced
+	// store. The checkers must report violations.
+	{name: "negative-control", topology: topoSingle, store: storeUnfenced, pauses: true, faults: []string{faultLateWrite}, negative: true},
+}
+
+// TestSafety runs every scenario, then logs the report (and writes it
+// with -safety.report).
+func TestSafety(t *testing.T) {
+	cfg := loadConfig(t)
+	var sums []summary
+	for i, sc := range scenarios {
+		sc, seed := sc, cfg.seed+int64(i)
+		before := runtime.NumGoroutine()
+		var sum summary
+		t.Run(sc.name, func(t *testing.T) { sum = runScenario(t, sc, cfg, seed) })
+		// Every goroutine of the scenario, clients, servers and proxies,
+		// must be gone now that its cleanups have run.
+		if err := waitGoroutines(before, 10*time.Second); err != nil {
+			t.Errorf("%s: %v", sc.name, err)
+		}
+		if sum.Name != "" {
+			sums = append(sums, sum)
+		}
+	}
+	if len(sums) == 0 {
+		return
+	}
+	report := markdown(sums, cfg)
+	t.Log("report:\n" + report)
+	if cfg.report != "" {
+		if err := os.WriteFile(cfg.report, []byte(report), 0o644); err != nil {
+			t.Error(err)
+		} else {
+			t.Logf("report written to %s", cfg.report)
+		}
+	}
+}
+
+// waitGoroutines waits until no more than n goroutines run, and returns
+// an error with the stacks of all goroutines if that does not happen
+// within timeout. (A Locker's subscription ends a second after its last
+// waiter; idle HTTP and Redis connections close a little after.)
+func waitGoroutines(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if runtime.NumGoroutine() <= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			return fmt.Errorf("goroutines leaked: %d running, %d before the scenario:\n%s", runtime.NumGoroutine(), n, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// scenarioRun is one scenario's servers, clients and records.
+type scenarioRun struct {
+	t    *testing.T
+	sc   scenario
+	cfg  runConfig
+	seed int64
+
+	lock      lockTarget
+	nem       *nemesis
+	ledger    *ledger          // nil for storeDirect
+	storeSrv  *httptest.Server // nil for storeDirect
+	storeAddr string           // the store proxy's address
+	closers   []func()         // the clients' connections, closed at the end
+	keepDir   string           // see failureDir
+}
+
+// runScenario runs one scenario and checks its history.
+func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
+	if sc.children > 0 && !childrenSupported {
+		t.Skip("child processes need Linux: SIGSTOP, and a parent-death signal so that no child outlives the test")
+	}
+	started := time.Now()
+	t.Logf("seed %d", seed)
+	r := &scenarioRun{t: t, sc: sc, cfg: cfg, seed: seed}
+	r.nem = &nemesis{t: t, rng: rand.New(rand.NewSource(actorSeed(seed, 999))), ttl: lockTTL, kinds: sc.faults, counts: map[string]int{}, holdFor: lateWriteHold, children: &children{}}
+	r.setupLocks()
+	r.setupStore()
+
+	// The clients. Their loop ends at stopAt (wall clock, shared with the
+	// children); ctx ends it early only if the test fails on its way.
+	stopAt := time.Now().Add(cfg.duration)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	closeOnce := sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+		for _, c := range r.closers {
+			c()
+		}
+	})
+	t.Cleanup(closeOnce)
+	rec := &recorder{}
+	for i := 0; i < inProcessClients; i += 2 {
+		// Two goroutines share each Locker, so that its local queue and
+		// hand-over run too.
+		client := r.lock.newRedisClient(2)
+		r.closers = append(r.closers, func() { client.Close() })
+		locker := r.lock.newLocker(client)
+		for j := i; j < i+2; j++ {
+			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: resources, TTL: lockTTL, WorkMax: inProcessWork, StopAt: stopAt.UnixNano()}
+			spec.Heartbeat = j%2 == 1
+			if sc.pauses && j%2 == 0 {
+				spec.PauseEvery = 3
+				if sc.negative {
+					spec.PauseEvery = 2
+				}
+			}
+			w := newWorker(spec, locker, r.newStore(), rec)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.run(ctx)
+			}()
+		}
+	}
+	for i := 0; i < sc.children; i++ {
+		id := inProcessClients + i
+		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWork, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0}
+		cfgChild := childConfig{Spec: spec, Lock: r.lock, StoreAddr: r.storeAddr}
+		r.nem.children.add(startChild(t, cfgChild, cfg.duration+time.Minute))
+	}
+
+	// The nemesis runs here, on the test goroutine, until stopAt.
+	r.nem.run(stopAt)
+	wg.Wait()
+	var history []op
+	history = append(history, rec.snapshot()...)
+	for _, c := range r.nem.children.all() {
+		ops, err := c.wait(childWaitTimeout)
+		if err != nil {
+			t.Error(err)
+		}
+		history = append(history, ops...)
+	}
+	// Writes still held in the network land before the store is read:
+	// every held request was read by the proxy before its client
+	// finished, and is delivered at most lateWriteHold later.
+	if !r.nem.lastHold.IsZero() {
+		time.Sleep(lateWriteHold + 500*time.Millisecond)
+	}
+	if r.storeSrv != nil {
+		r.storeSrv.Close() // waits for the requests in flight
+	}
+	closeOnce()
+	sortOps(history)
+	for _, err := range r.nem.errs {
+		t.Errorf("fault: %v", err)
+	}
+
+	sum := r.check(history)
+	sum.Workload, sum.Took = cfg.duration, time.Since(started)
+	t.Log(sum.line())
+	if t.Failed() || cfg.report != "" {
+		r.saveHistory(history)
+	}
+	return sum
+}
+
+// actorSeed returns the seed of one actor of a scenario: client id, or
+// 999 for the nemesis.
+func actorSeed(seed int64, actor int) int64 { return seed*1000 + int64(actor) }
+
+// setupLocks starts the lock Redis of the scenario's topology.
+func (r *scenarioRun) setupLocks() {
+	t := r.t
+	switch r.sc.topology {
+	case topoSingle:
+		srv := redistest.Start(t)
+		p := redistest.NewProxy(t, srv.Addr)
+		r.lock = lockTarget{Addrs: []string{p.Addr()}}
+		r.nem.lockProxy, r.nem.lockServer = p, srv
+		r.nem.lockAdmin = []*redis.Client{r.adminClient(srv.Addr)}
+	case topoFailover:
+		f := newFailoverRig(t)
+		r.lock = lockTarget{Addrs: []string{f.clients.Addr()}, Replicas: r.sc.replicas, ReplicaTimeout: replicaTimeout}
+		r.nem.failover = f
+	case topoCluster:
+		servers := redistest.StartClusterN(t, 3)
+		r.lock = lockTarget{Cluster: true}
+		for _, s := range servers {
+			r.lock.Addrs = append(r.lock.Addrs, s.Addr)
+			r.nem.lockAdmin = append(r.nem.lockAdmin, r.adminClient(s.Addr))
+		}
+	default:
+		t.Fatalf("unknown topology %q", r.sc.topology)
+	}
+}
+
+// adminClient returns a direct client of a Redis server, for the nemesis
+// and the stores, closed when the test ends.
+func (r *scenarioRun) adminClient(addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout, PoolTimeout: poolTimeout,
+	})
+	r.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// setupStore starts the store: behind the ledger, served over HTTP
+// through a proxy, or a Redis server behind a proxy for storeDirect.
+func (r *scenarioRun) setupStore() {
+	t := r.t
+	var inner fencedlock.Store
+	switch r.sc.store {
+	case storeMemory:
+		inner = fencedlock.NewMemoryStore()
+	case storeRedis:
+		inner = fencedlock.NewRedisStore(r.adminClient(redistest.Start(t).Addr))
+	case storeUnfenced:
+		inner = &unfencedStore{}
+	case storeDirect:
+		srv := redistest.Start(t)
+		p := redistest.NewProxy(t, srv.Addr)
+		r.nem.storeProxy, r.storeAddr = p, p.Addr()
+		return
+	default:
+		t.Fatalf("unknown store %q", r.sc.store)
+	}
+	r.ledger = &ledger{inner: inner}
+	r.storeSrv = startStoreServer(t, r.ledger)
+	p := redistest.NewProxy(t, r.storeSrv.Listener.Addr().String())
+	r.nem.storeProxy, r.storeAddr = p, p.Addr()
+}
+
+// newStore returns an in-process client's Store.
+func (r *scenarioRun) newStore() fencedlock.Store {
+	if r.sc.store == storeDirect {
+		// No retries: a write resent after a lost reply could be refused
+		// as stale although its first copy was stored (see
+		// fencedlock.Store), which would be a wrong answer, not an
+		// unknown one.
+		c := redis.NewClient(&redis.Options{
+			Addr: r.storeAddr, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout,
+			PoolTimeout: poolTimeout, MaxRetries: -1, ContextTimeoutEnabled: true,
+		})
+		r.closers = append(r.closers, func() { c.Close() })
+		return fencedlock.NewRedisStore(c)
+	}
+	s := newHTTPStore(r.storeAddr)
+	r.closers = append(r.closers, s.close)
+	return s
+}

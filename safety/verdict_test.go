@@ -1,0 +1,181 @@
+package safety
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// A scenario's verdict: the checkers run over its history, what fails it,
+// and what a failure leaves behind for the post-mortem.
+
+// check runs the checkers over the history and fails the test on a
+// violation (in the negative control: on finding none).
+func (r *scenarioRun) check(history []op) summary {
+	t, sc := r.t, r.sc
+	sum := summary{Name: sc.name, Seed: r.seed, Ops: len(history), Faults: r.nem.counts, Negative: sc.negative}
+	sum.Clients = fmt.Sprint(inProcessClients)
+	if sc.children > 0 {
+		sum.Clients += fmt.Sprintf("+%d", sc.children)
+	}
+	for _, o := range history {
+		switch {
+		case o.Kind == opPause:
+			sum.Faults["pause"]++
+		case o.Kind == opAcquire && o.Outcome == outNotReplicated:
+			sum.NotReplicated++
+		case o.Kind == opPut:
+			sum.Puts++
+			switch o.Outcome {
+			case outStale:
+				sum.Stale++
+			case outUnknown:
+				sum.Unknown++
+			}
+		}
+	}
+
+	// A: the store's ledger.
+	if r.ledger != nil {
+		entries := r.ledger.snapshot()
+		lr := checkLedger(entries)
+		dr := checkDeliveries(history, entries)
+		sum.Ledger, sum.Deliveries = &lr, &dr
+		if !sc.negative {
+			if !lr.ok() {
+				t.Errorf("checker A: the store accepted %d stale writes, lost %d, refused %d wrongly:\n  %s",
+					lr.StaleAccepted, lr.Lost, lr.BadRejections, strings.Join(lr.Violations, "\n  "))
+			}
+		}
+		if !dr.ok() {
+			t.Errorf("the clients' answers differ from the store's: %d mismatches, %d orphans:\n  %s",
+				dr.Mismatches, dr.Orphans, strings.Join(dr.Examples, "\n  "))
+		}
+	}
+
+	// B: the grants.
+	sum.Grants = checkGrants(history)
+	if sum.Grants.Duplicates > 0 || sum.Grants.Inversions > 0 {
+		t.Errorf("checker B: %d duplicate tokens, %d inversions:\n  %s",
+			sum.Grants.Duplicates, sum.Grants.Inversions, strings.Join(sum.Grants.Examples, "\n  "))
+	}
+
+	// C: linearizability of what the clients saw.
+	sum.Lin = checkLinearizable(history, r.cfg.checkTimeout, r.vizDir, sc.name)
+	if sum.Lin.Viz != "" {
+		if sum.Lin.VizErr != nil {
+			t.Logf("porcupine visualization: %v", sum.Lin.VizErr)
+		} else {
+			t.Logf("porcupine visualization: %s", sum.Lin.Viz)
+		}
+	}
+	switch {
+	case sc.negative:
+	case sum.Lin.Result == porcupine.Illegal:
+		t.Errorf("checker C: the clients' history is not linearizable for a fenced register: %v", sum.Lin)
+	case sum.Lin.Result == porcupine.Unknown && !r.cfg.long:
+		t.Errorf("checker C: porcupine timed out after %v (quick mode fails on that; -safety.check-timeout raises the limit)", r.cfg.checkTimeout)
+	case sum.Lin.Result == porcupine.Unknown:
+		t.Logf("checker C: porcupine timed out after %v: linearizability not decided", r.cfg.checkTimeout)
+	}
+
+	// The negative control must be caught by every checker that can see it.
+	if sc.negative {
+		lr := sum.Ledger
+		if lr.StaleAccepted == 0 || lr.Lost == 0 || sum.Lin.Result != porcupine.Illegal {
+			t.Errorf("the suite could not fail: against an unfenced store it found %d stale writes accepted, %d lost, porcupine %v",
+				lr.StaleAccepted, lr.Lost, sum.Lin)
+		} else {
+			t.Logf("negative control caught: %d stale writes accepted, %d lost, porcupine %v; first: %s",
+				lr.StaleAccepted, lr.Lost, sum.Lin.Result, lr.Violations[0])
+		}
+	}
+
+	// The workload must have done what the scenario is about.
+	if sum.Grants.Grants == 0 || sum.Puts == 0 {
+		t.Errorf("the workload did nothing: %d grants, %d puts", sum.Grants.Grants, sum.Puts)
+	}
+	// Every kind comes once per round of the nemesis; a quick run's last
+	// round may be cut short, so a missing kind is only logged (the
+	// report shows the counts), but a scenario without faults fails.
+	var injected int
+	for _, kind := range sc.faults {
+		n := 0
+		for k, c := range sum.Faults {
+			if k == kind || strings.HasPrefix(k, kind+"-") {
+				n += c
+			}
+		}
+		if n == 0 {
+			t.Logf("no %s fault was injected", kind)
+		}
+		injected += n
+	}
+	if len(sc.faults) > 0 && injected == 0 {
+		t.Errorf("no fault was injected")
+	}
+	if sc.pauses && sum.Faults["pause"] == 0 {
+		t.Errorf("no client paused")
+	}
+	return sum
+}
+
+// vizDir returns the directory for porcupine's visualization of an
+// Illegal history: the report's directory, or else, for a scenario that
+// must pass, a new temporary directory that is kept for the post-mortem.
+// The negative control's visualization is written only with a report.
+func (r *scenarioRun) vizDir() string {
+	if r.cfg.report != "" {
+		return filepath.Dir(r.cfg.report)
+	}
+	if r.sc.negative {
+		return ""
+	}
+	return r.failureDir()
+}
+
+// failureDir returns a directory kept after the test, for what a failing
+// scenario leaves behind: the report's directory, or else a temporary
+// directory made on first use. It returns "" if none can be made.
+func (r *scenarioRun) failureDir() string {
+	if r.cfg.report != "" {
+		return filepath.Dir(r.cfg.report)
+	}
+	if r.keepDir == "" {
+		dir, err := os.MkdirTemp("", "fencedlock-safety-")
+		if err != nil {
+			r.t.Logf("no directory for the post-mortem: %v", err)
+			return ""
+		}
+		r.keepDir = dir
+	}
+	return r.keepDir
+}
+
+// saveHistory writes the history and the ledger of a failing scenario,
+// or of every scenario when there is a report, for the post-mortem.
+func (r *scenarioRun) saveHistory(history []op) {
+	dir := r.failureDir()
+	if dir == "" {
+		return
+	}
+	path := filepath.Join(dir, r.sc.name+"-history.jsonl")
+	if err := writeOps(path, history); err != nil {
+		r.t.Logf("saving the history: %v", err)
+		return
+	}
+	r.t.Logf("history saved to %s", path)
+	if r.ledger != nil {
+		var b strings.Builder
+		for _, e := range r.ledger.snapshot() {
+			fmt.Fprintf(&b, "%s %s token=%d value=%q accepted=%v current=%d err=%q\n", wallTime(e.At), e.Resource, e.Token, e.Value, e.Accepted, e.Current, e.Err)
+		}
+		lpath := filepath.Join(dir, r.sc.name+"-ledger.txt")
+		if err := os.WriteFile(lpath, []byte(b.String()), 0o644); err == nil {
+			r.t.Logf("ledger saved to %s", lpath)
+		}
+	}
+}
