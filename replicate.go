@@ -84,7 +84,7 @@ func (w *replicaWait) check(client redis.UniversalClient) error {
 // replicate waits until the replicas confirm the grant of k, a Lock just
 // granted for ttl, as WithReplicas says. When they do not, or the wait
 // fails, it releases k and returns why; when ctx ended meanwhile, the
-// error wraps ctx.Err() too.
+// error wraps ctx's error too.
 func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) error {
 	w := l.replicas
 	if w == nil {
@@ -94,7 +94,7 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

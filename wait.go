@@ -299,7 +299,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 // ctx ended, it says so with both sentinels, keeping the attempt's error,
 // which may report a failed cleanup.
 func acquireErr(ctx context.Context, err error) error {
-	ctxErr := ctx.Err()
+	ctxErr := ctxEnded(ctx)
 	switch {
 	case ctxErr == nil:
 		return err
@@ -308,6 +308,20 @@ func acquireErr(ctx context.Context, err error) error {
 	default:
 		return fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
 	}
+}
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed although its timer has not fired yet: a read
+// deadline that go-redis took from ctx (ContextTimeoutEnabled) can end a
+// command first.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // quit ends the wait of w when ctx is done: out of the local queue, and,
