@@ -145,14 +145,29 @@ func (s *Server) Kill() {
 }
 
 // Restart kills the server and starts it again, empty, on the same port.
+// Another process may take the port in between (tests of other packages
+// pick free ports at the same time): Restart tries again for up to 5
+// seconds before it fails tb.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.Kill()
 	os.Remove(filepath.Join(s.dir, "nodes.conf"))
-	if err := s.launch(Binary(tb)); err != nil {
-		tb.Fatal(err)
+	bin := Binary(tb)
+	deadline := time.Now().Add(restartFor)
+	for {
+		err := s.launch(bin)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: restarting redis-server on %s: %v", s.Addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// restartFor is how long Restart keeps trying to start the server again.
+const restartFor = 5 * time.Second
 
 // Close kills the server and removes its directory.
 func (s *Server) Close() {
