@@ -43,20 +43,57 @@ type ledgerReport struct {
 	// stored token. 0.
 	BadRejections int
 
+	// Stale lists the stale writes attempted, by value: the writes that
+	// reached the store with a token below the highest token it had
+	// accepted for the resource (or, after a store error, might have):
+	// Rejected plus StaleAccepted, for a store that applies the rule or
+	// not.
+	Stale []string
+
 	Violations examples
+
+	// final is, per resource, what the store must hold at the end: the
+	// last accepted write, or one of the writes that failed after it and
+	// may have landed.
+	final map[string]finalState
 }
 
 func (r ledgerReport) ok() bool { return r.StaleAccepted == 0 && r.Lost == 0 && r.BadRejections == 0 }
 
+// A finalState is what checker A knows of a resource's stored value.
+type finalState struct {
+	last    ledgerEntry // the last accepted write: the stored value
+	written bool
+	// maybe are writes the store failed (a network error of a
+	// RedisStore) since last, with a token that the fence would let pass:
+	// each may have been applied, and may still be, later.
+	maybe []ledgerEntry
+}
+
+// maxMaybe bounds finalState.maybe: beyond it the oldest are forgotten,
+// and a refusal they would explain is reported.
+const maxMaybe = 16
+
+// matches reports whether the stored value may be (value, token).
+func (s finalState) matches(value string, token fencedlock.Token) bool {
+	if s.written && s.last.Value == value && s.last.Token == token {
+		return true
+	}
+	for _, m := range s.maybe {
+		if m.Value == value && m.Token == token {
+			return true
+		}
+	}
+	return false
+}
+
 // checkLedger runs checker A over a ledger's entries.
 func checkLedger(entries []ledgerEntry) ledgerReport {
 	type state struct {
-		last      ledgerEntry      // the last accepted write: the stored value
-		max       fencedlock.Token // the highest token accepted
-		written   bool
-		uncertain bool // a store error left the stored value unknown
+		finalState
+		max fencedlock.Token // the highest token accepted
 	}
-	var r ledgerReport
+	r := ledgerReport{final: map[string]finalState{}}
 	states := map[string]*state{}
 	for _, e := range entries {
 		s := states[e.Resource]
@@ -70,6 +107,7 @@ func checkLedger(entries []ledgerEntry) ledgerReport {
 			r.Accepted++
 			if s.written && e.Token < s.max {
 				r.StaleAccepted++
+				r.Stale = append(r.Stale, e.Value)
 				r.Violations.add("%s: accepted %q with token %d after token %d had been accepted", e.Resource, e.Value, e.Token, s.max)
 			}
 			if s.written && e.Token < s.last.Token {
@@ -78,18 +116,76 @@ func checkLedger(entries []ledgerEntry) ledgerReport {
 			}
 			s.last, s.written = e, true
 			s.max = max(s.max, e.Token)
+			// A failed write with a lower token can no longer land.
+			s.maybe = keepFrom(s.maybe, e.Token)
 		case e.Err != "":
 			r.Errors++
-			s.uncertain = true
+			if !s.written || e.Token >= s.last.Token {
+				s.maybe = append(s.maybe, e)
+				if len(s.maybe) > maxMaybe {
+					s.maybe = s.maybe[1:]
+				}
+			}
 		default:
 			r.Rejected++
-			if !s.uncertain && (!s.written || e.Token >= s.last.Token || e.Current != s.last.Token) {
+			r.Stale = append(r.Stale, e.Value)
+			if s.written && e.Token < s.last.Token && e.Current == s.last.Token {
+				break // the rule, against the known stored value
+			}
+			// A failed write that would pass may have landed since: the
+			// refusal tells which, and it is the stored value from now on.
+			landed := -1
+			for i, m := range s.maybe {
+				if m.Token == e.Current && e.Token < m.Token {
+					landed = i
+				}
+			}
+			if landed < 0 {
 				r.BadRejections++
 				r.Violations.add("%s: %q with token %d refused, reporting current %d, while the store held token %d", e.Resource, e.Value, e.Token, e.Current, s.last.Token)
+				break
 			}
+			m := s.maybe[landed]
+			s.last, s.written = m, true
+			s.max = max(s.max, m.Token)
+			s.maybe = keepFrom(append(s.maybe[:landed:landed], s.maybe[landed+1:]...), m.Token)
 		}
 	}
+	for res, s := range states {
+		r.final[res] = s.finalState
+	}
 	return r
+}
+
+// keepFrom returns the entries with a token of at least t.
+func keepFrom(entries []ledgerEntry, t fencedlock.Token) []ledgerEntry {
+	var out []ledgerEntry
+	for _, e := range entries {
+		if e.Token >= t {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkFinalReads compares the final reads (ops marked Final) with what
+// checker A says the store must hold, and returns the mismatches.
+func checkFinalReads(r ledgerReport, ops []op) examples {
+	var bad examples
+	for _, o := range ops {
+		if !o.Final {
+			continue
+		}
+		s, ok := r.final[o.Resource]
+		switch {
+		case o.Outcome == outNotFound && (!ok || (!s.written && len(s.maybe) == 0)):
+		case o.Outcome == outOK && ok && s.matches(o.Value, o.Token):
+		default:
+			bad.add("%s: read back %s %q token %d at the end; the ledger's last accepted write is %q token %d (written %v, %d failed writes may have landed)",
+				o.Resource, o.Outcome, o.Value, o.Token, s.last.Value, s.last.Token, s.written, len(s.maybe))
+		}
+	}
+	return bad
 }
 
 // deliveryReport compares what each client saw of its writes with what

@@ -1,6 +1,8 @@
 package safety
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -188,5 +190,205 @@ func TestCheckDeliveriesCatchesAMismatch(t *testing.T) {
 	entries = append(entries, ledgerEntry{Resource: "r", Token: 13, Value: "nobody", Accepted: true})
 	if r := checkDeliveries(ops, entries); r.Orphans != 1 {
 		t.Errorf("deliveries: %+v", r)
+	}
+}
+
+// flakyStore fails the Puts and Gets it is told to, around a MemoryStore:
+// failPut fails the next Put after applying it (applyFailed) or without;
+// failGet fails every Get while set.
+type flakyStore struct {
+	inner       fencedlock.Store
+	failPut     bool
+	applyFailed bool
+	failGet     bool
+}
+
+var errFlaky = errors.New("flaky store: connection reset")
+
+func (s *flakyStore) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
+	if s.failPut {
+		s.failPut = false
+		if s.applyFailed {
+			if err := s.inner.Put(ctx, resource, token, value); err != nil {
+				return err
+			}
+		}
+		return errFlaky
+	}
+	return s.inner.Put(ctx, resource, token, value)
+}
+
+func (s *flakyStore) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
+	if s.failGet {
+		return nil, 0, errFlaky
+	}
+	return s.inner.Get(ctx, resource)
+}
+
+// The ledger's store-error path: a write that fails with the read-back
+// failing too is recorded as an error, and checker A neither blames the
+// refusals it may explain nor stops checking the refusals after it.
+func TestCheckerAStoreErrors(t *testing.T) {
+	ctx := context.Background()
+	flaky := &flakyStore{inner: fencedlock.NewMemoryStore()}
+	led := &ledger{inner: flaky}
+	put := func(token fencedlock.Token, value string) error {
+		return led.Put(ctx, "r", token, []byte(value))
+	}
+	if err := put(10, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// Applied, but the store says it failed and cannot be read back.
+	flaky.failPut, flaky.applyFailed, flaky.failGet = true, true, true
+	if err := put(12, "b"); err == nil {
+		t.Fatal("want the store's error")
+	}
+	flaky.failGet = false
+	// Refused against the failed write, which had landed: explained.
+	if err := put(11, "c"); !errors.Is(err, fencedlock.ErrStaleToken) {
+		t.Fatalf("put 11: %v, want stale", err)
+	}
+	// Failed without being applied, and the read-back says so: not an
+	// error, not accepted.
+	flaky.failPut, flaky.applyFailed = true, false
+	if err := put(13, "d"); err == nil {
+		t.Fatal("want the store's error")
+	}
+	if err := put(14, "e"); err != nil {
+		t.Fatal(err)
+	}
+	entries := led.snapshot()
+	if len(entries) != 5 || entries[1].Err == "" || entries[3].Err == "" || entries[3].Accepted {
+		t.Fatalf("ledger: %+v", entries)
+	}
+	r := checkLedger(entries)
+	if !r.ok() || r.Errors != 2 || r.Accepted != 2 || r.Rejected != 1 || len(r.Stale) != 1 {
+		t.Errorf("checker A: %+v", r)
+	}
+	// The final value is the last accepted write; the failed writes
+	// below it can no longer land.
+	final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "e", Token: 14}}
+	if bad := checkFinalReads(r, final); len(bad) != 0 {
+		t.Errorf("final read: %v", bad)
+	}
+	final[0].Value, final[0].Token = "b", 12
+	if bad := checkFinalReads(r, final); len(bad) != 1 {
+		t.Errorf("final read of an overwritten value: %v, want a mismatch", bad)
+	}
+
+	// After the error, a refusal the rule does not explain is still
+	// caught: the store error does not blind checker A for good.
+	entries = append(entries, ledgerEntry{Resource: "r", Token: 13, Value: "f", Current: 12})
+	if r := checkLedger(entries); r.BadRejections != 1 {
+		t.Errorf("checker A after a store error: %+v, want 1 bad rejection", r)
+	}
+}
+
+// A failed write that may have landed: the final read may find it, or
+// the last accepted write; nothing else.
+func TestCheckFinalReadsAllowsAFailedWriteThatLanded(t *testing.T) {
+	entries := []ledgerEntry{
+		{Resource: "r", Token: 10, Value: "a", Accepted: true},
+		{Resource: "r", Token: 11, Value: "b", Err: "timeout"},
+	}
+	r := checkLedger(entries)
+	for _, tc := range []struct {
+		value string
+		token fencedlock.Token
+		bad   int
+	}{{"a", 10, 0}, {"b", 11, 0}, {"c", 11, 1}} {
+		final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: tc.value, Token: tc.token}}
+		if bad := checkFinalReads(r, final); len(bad) != tc.bad {
+			t.Errorf("final read %s/%d: %v, want %d mismatches", tc.value, tc.token, bad, tc.bad)
+		}
+	}
+	// Not found while writes were accepted.
+	if bad := checkFinalReads(r, []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outNotFound}}); len(bad) != 1 {
+		t.Errorf("final read not found: %v, want a mismatch", bad)
+	}
+}
+
+// A final read must be linearized after every write, the unknown ones
+// included: an unknown write cannot be placed after it.
+func TestCheckerCPlacesUnknownWritesBeforeTheFinalReads(t *testing.T) {
+	ops := []op{
+		{Client: 1, Resource: "r", Kind: opPut, Call: ms(0), Return: ms(1), Outcome: outOK, Token: 10, Value: "a"},
+		{Client: 2, Resource: "r", Kind: opPut, Call: ms(2), Return: ms(3), Outcome: outUnknown, Token: 11, Value: "b"},
+		{Client: finalReader, Resource: "r", Kind: opGet, Final: true, Call: ms(10), Return: ms(11), Outcome: outOK, Token: 10, Value: "a"},
+		{Client: finalReader, Resource: "r", Kind: opGet, Final: true, Call: ms(12), Return: ms(13), Outcome: outOK, Token: 11, Value: "b"},
+	}
+	if r := checkLinearizable(ops, 0, nil, ""); r.Result != porcupine.Illegal {
+		t.Errorf("checker C: %v, want Illegal", r)
+	}
+	if r := checkLinearizable(ops[:3], 0, nil, ""); r.Result != porcupine.Ok {
+		t.Errorf("checker C without the second final read: %v", r)
+	}
+}
+
+// Every scenario is a valid combination; the guards refuse the ones that
+// would run and silently test less.
+func TestScenariosAreValid(t *testing.T) {
+	names := map[string]bool{}
+	for _, sc := range scenarios {
+		if err := sc.validate(); err != nil {
+			t.Error(err)
+		}
+		if names[sc.name] {
+			t.Errorf("two scenarios named %q", sc.name)
+		}
+		names[sc.name] = true
+	}
+	for _, sc := range []scenario{
+		{name: "children-direct", topology: topoSingle, store: storeDirect, children: 2, faults: []string{faultSigstop}},
+		{name: "negative-direct", topology: topoSingle, store: storeDirect, negative: true},
+		{name: "negative-fenced", topology: topoSingle, store: storeMemory, negative: true},
+		{name: "proxy-cluster", topology: topoCluster, store: storeMemory, faults: []string{faultProxy}},
+		{name: "restart-failover", topology: topoFailover, store: storeMemory, faults: []string{faultRestart}},
+		{name: "sigstop-alone", topology: topoSingle, store: storeMemory, faults: []string{faultSigstop}},
+	} {
+		if err := sc.validate(); err == nil {
+			t.Errorf("%s: validated", sc.name)
+		}
+	}
+}
+
+// The attribution of stale writes, and the stops counted while holding.
+func TestStaleCausesAndStops(t *testing.T) {
+	ops := []op{
+		{Client: 1, Resource: "r", Kind: opAcquire, Call: ms(0), Return: ms(1), Outcome: outOK, Token: 5},
+		{Client: 1, Resource: "r", Kind: opPut, Call: ms(400), Return: ms(401), Outcome: outStale, Token: 5, Value: "p", Paused: true},
+		{Client: 1, Resource: "r", Kind: opRelease, Call: ms(402), Return: ms(403), Outcome: outFail, Token: 5},
+		{Client: 4, Resource: "r", Kind: opAcquire, Call: ms(0), Return: ms(2), Outcome: outOK, Token: 6},
+		{Client: 4, Resource: "r", Kind: opPut, Call: ms(500), Return: ms(501), Outcome: outStale, Token: 6, Value: "s"},
+		{Client: 4, Resource: "r", Kind: opRelease, Call: ms(502), Return: ms(503), Outcome: outFail, Token: 6},
+		{Client: 2, Resource: "r", Kind: opAcquire, Call: ms(0), Return: ms(600), Outcome: outOK, Token: 7},
+		{Client: 2, Resource: "r", Kind: opPut, Call: ms(601), Return: ms(602), Outcome: outStale, Token: 7, Value: "g"},
+		{Client: 3, Resource: "r", Kind: opAcquire, Call: ms(0), Return: ms(1), Outcome: outOK, Token: 8},
+		{Client: 3, Resource: "r", Kind: opPut, Call: ms(10), Return: ms(11), Outcome: outUnknown, Token: 8, Value: "l"},
+		{Client: 3, Resource: "q", Kind: opAcquire, Call: ms(20), Return: ms(21), Outcome: outOK, Token: 2},
+		{Client: 3, Resource: "q", Kind: opPut, Call: ms(700), Return: ms(701), Outcome: outStale, Token: 2, Value: "x"},
+		{Client: 3, Resource: "q", Kind: opPut, Call: ms(702), Return: ms(703), Outcome: outStale, Token: 9, Value: "o"},
+		{Client: 5, Resource: "q", Kind: opAcquire, Call: ms(1000), Return: ms(1001), Outcome: outOK, Token: 3},
+		{Client: 5, Resource: "q", Kind: opPut, Call: ms(1500), Return: ms(1501), Outcome: outStale, Token: 3, Value: "h"},
+	}
+	sortOps(ops)
+	events := []faultEvent{
+		{Kind: faultSigstop, Clients: []int{4}, Start: ms(100), End: ms(400)},
+		{Kind: "proxy-delay", Clients: []int{2, 3}, Start: ms(50), End: ms(60)},
+		{Kind: faultRestart, Start: ms(300), End: ms(301)},
+		{Kind: faultSigstop, Clients: []int{4}, Start: ms(600), End: ms(900)},
+		{Kind: faultLateWrite, Start: ms(1100), End: ms(1200)},
+	}
+	applied := map[string]int64{"l": ms(900)}
+	got := staleCauses([]string{"p", "s", "g", "l", "x", "o", "h"}, ops, events, applied)
+	want := map[string]int{causePause: 1, causeSigstop: 1, causeLateGrant: 1, causeLate: 1, causeStoreSlow: 1, causeLockLost: 1, causeOther: 1}
+	for _, c := range causeOrder {
+		if got[c] != want[c] {
+			t.Errorf("causes: %v, want %v", got, want)
+			break
+		}
+	}
+	if stops, holding := stopsWhileHolding(ops, events); stops != 2 || holding != 1 {
+		t.Errorf("stops while holding: %d/%d, want 1/2", holding, stops)
 	}
 }

@@ -50,6 +50,10 @@ type lockTarget struct {
 	// confirm each grant (fencedlock.WithReplicas), for ReplicaTimeout.
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// ReadTimeout is the clients' ReadTimeout; 0: redisTimeout. The
+	// proxy fault needs it longer (lockReadTimeout), so that a grant
+	// delayed past its TTL still reaches its client.
+	ReadTimeout time.Duration
 }
 
 // newLocker returns a Locker on client with the target's options.
@@ -70,11 +74,15 @@ const (
 // newRedisClient returns a client of the lock Redis. maxRetries is
 // go-redis's MaxRetries (-1: none).
 func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
+	readTimeout := redisTimeout
+	if lt.ReadTimeout > 0 {
+		readTimeout = lt.ReadTimeout
+	}
 	if lt.Cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 lt.Addrs,
 			DialTimeout:           redisTimeout,
-			ReadTimeout:           redisTimeout,
+			ReadTimeout:           readTimeout,
 			WriteTimeout:          redisTimeout,
 			PoolTimeout:           poolTimeout,
 			MaxRetries:            maxRetries,
@@ -84,7 +92,7 @@ func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
 	return redis.NewClient(&redis.Options{
 		Addr:                  lt.Addrs[0],
 		DialTimeout:           redisTimeout,
-		ReadTimeout:           redisTimeout,
+		ReadTimeout:           readTimeout,
 		WriteTimeout:          redisTimeout,
 		PoolTimeout:           poolTimeout,
 		MaxRetries:            maxRetries,
@@ -94,7 +102,7 @@ func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
 
 // Bounds of one cycle's calls.
 const (
-	acquireFor   = time.Second            // TryAcquire retries, or Acquire waits, this long
+	acquireFor   = 2 * time.Second        // TryAcquire retries, or Acquire waits, this long: > lockReadTimeout
 	releaseFor   = 500 * time.Millisecond // the Release call
 	storeCallFor = time.Second            // each Get and Put (the HTTP client's own timeout is shorter)
 )

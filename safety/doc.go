@@ -10,50 +10,92 @@
 // # Workload
 //
 // Four clients in the test process (two Lockers, each shared by two
-// goroutines) and, in some scenarios, two child processes loop over three
-// resources: acquire a lock with a 200ms TTL (TryAcquire with retries, or
-// the waiting Acquire with a deadline, some with WithHeartbeat), read the
-// resource, sometimes sleep past the TTL (a GC pause), write a unique
-// value with the lock's token, release. The store is served over HTTP
-// with package fencehttp through a fault proxy, so that a write can be
-// delivered after its client gave up; behind the handler a ledger records
-// every write the store applied, in effect order.
+// goroutines, each Locker with its own network to Redis) and, in some
+// scenarios, two child processes loop over three resources: acquire a
+// lock with a 200ms TTL (TryAcquire with retries, or the waiting Acquire
+// with a deadline, some with WithHeartbeat), read the resource, sometimes
+// sleep past the TTL (a GC pause), write a unique value with the lock's
+// token, release. The store is served over HTTP with package fencehttp
+// through a fault proxy, so that a write can be delivered after its
+// client gave up; behind the handler a ledger records every write the
+// store applied, in effect order. Once the workload has drained, every
+// resource is read back from the store.
 //
-// # Faults
+// # Scenarios and faults
 //
-// Each scenario injects some of: holders paused past their TTL; child
-// processes stopped with SIGSTOP past their TTL (Linux only; elsewhere
-// those scenarios skip); latency, stalls, lost replies and broken
-// connections between the clients and Redis; writes held in the network
-// and delivered late; the lock Redis killed and restarted empty, or
-// flushed; failovers to a replica that missed the latest grants, with and
-// without fencedlock.WithReplicas; a real 3-master Redis Cluster. The
-// "mixed" scenario injects them together on one node; in "redis-store"
-// the clients call a fencedlock.RedisStore themselves through a faulty
-// network. The "negative-control" scenario runs against a store without
-// the fence and passes only if the checkers report its violations: the
-// suite can fail.
+// Each scenario runs the workload under some faults, injected one at a
+// time at random, in rounds:
+//
+//   - pause: holders sleep past their TTL before writing.
+//   - sigstop: child processes stopped with SIGSTOP past their TTL,
+//     heartbeats included (Linux only; elsewhere the scenarios with
+//     children skip).
+//   - proxy: latency longer than the TTL, stalls, lost replies and broken
+//     connections on ONE lock client's network to Redis at a time: its
+//     grants arrive after their TTL while the others take the locks and
+//     write.
+//   - late-write: writes held in the store's network and delivered after
+//     their clients gave up.
+//   - restart, restart-pause: the lock Redis killed and restarted empty,
+//     or flushed, with and without holders' pauses.
+//   - failover, failover-pause: failovers to a replica that missed the
+//     latest grants, with and without pauses; failover-wait: the same
+//     with fencedlock.WithReplicas.
+//   - cluster: a real 3-master Redis Cluster, flushed, with pauses and
+//     stopped children.
+//   - mixed: all the single-node faults together.
+//   - redis-store: the clients call a fencedlock.RedisStore themselves
+//     through a faulty network.
+//   - negative-control: pauses and late writes against a store without
+//     the fence; it passes only if the checkers report its violations: the
+//     suite can fail.
+//
+// The suite checks that the faults did what they are for, and reports it:
+// the lock Redis must be empty after each restart and flush (or the
+// scenario fails), with the counters it held counted as lost; each
+// failover compares the token counters of the old master and the
+// promoted replica (failovers that lost grants); held writes are counted
+// when delivered; stops are counted when they found their child holding
+// a lock. In the long mode a listed fault with no effect at all fails its
+// scenario.
 //
 // # Checkers
 //
 //   - A, the ledger: per resource, the tokens of the accepted writes never
 //     go down (stale accepted: 0), no accepted write is overwritten by a
-//     lower token (lost: 0), and every refusal is explained by the rule.
-//     The clients' answers must match the ledger's, and writes applied
-//     after their client gave up are counted as late deliveries.
+//     lower token (lost: 0), and every refusal is explained by the rule
+//     (after a store error, by the failed write if it may have landed).
+//     The clients' answers must match the ledger's, writes applied after
+//     their client gave up are counted as late deliveries, and the final
+//     value of each resource must be the last accepted write.
 //   - B, the grants: no two grants of a resource carry the same token; a
 //     grant whose acquire began after another's returned carries a higher
 //     token (no inversions).
-//   - C, porcupine: the clients' reads and writes, as they saw them, are
-//     linearizable for a fenced register per resource; a write with an
-//     unknown answer may take effect at any later time, or never.
+//   - C, porcupine: the clients' reads and writes, as they saw them, and
+//     the final reads are linearizable for a fenced register per
+//     resource; a write with an unknown answer may take effect at any
+//     later time before the final reads, or never.
+//
+// The report counts the stale writes attempted: the writes that reached
+// the store with a token below the highest it had accepted for the
+// resource (stale rejected + stale accepted, from the ledger; in
+// redis-store, which has no ledger, the refusals the clients saw), by
+// likely cause: the client's own pause, its process stopped, its write
+// delivered late, the store's network slowed, its grant delayed by its
+// network, the lock state lost, or other.
+//
+// The histories are timestamped with the wall clock, the only clock the
+// test process and its children share: the suite assumes one machine
+// whose clock does not step during a run (no NTP step), as checker B's
+// inversions and the attribution of causes compare timestamps across
+// processes.
 //
 // # Running
 //
 // The suite needs redis-server on PATH, like the library's other
 // real-Redis tests: without it they skip, and with CI=true they fail.
-// Without flags it runs in quick mode, five seconds of workload per
-// scenario, for CI (70 to 80 seconds in all, -race or not):
+// Without flags it runs in quick mode, four seconds of workload per
+// scenario, for CI (about 75 seconds in all, -race or not):
 //
 //	go test ./safety
 //
@@ -63,11 +105,17 @@
 //	go test ./safety -v -run TestSafety -timeout 2h -args -safety.duration 2m -safety.report /tmp/safety/report.md
 //
 // Flags: -safety.duration (workload per scenario; setting it selects the
-// long mode, where a porcupine timeout is reported instead of failing),
-// -safety.seed (the base seed of all random choices; by default taken from
-// the clock and always logged, so that a failure's choices can be
-// replayed), -safety.report (where to write the report; porcupine's
-// visualization and the history of a failing scenario go next to it),
-// -safety.check-timeout (porcupine's limit per scenario). One scenario
-// runs alone with -run TestSafety/<name>.
+// long mode, where a fault without effect fails its scenario),
+// -safety.seed (the base seed of all random choices; by default taken
+// from the clock and always logged), -safety.report (where to write the
+// report; porcupine's visualization and the history of a failing
+// scenario go next to it), -safety.check-timeout (porcupine's limit per
+// scenario; a timeout fails the scenario in both modes). One scenario runs
+// alone with -run 'TestSafety/^name$'.
+//
+// The seed replays the random choices (which resource, which fault, how
+// long a pause), not the timing: the same seed gives a run that differs
+// in how the clients, the servers and the faults interleave, so a
+// failure may need several runs with its seed to recur; its saved
+// history is the exact record.
 package safety

@@ -74,8 +74,11 @@ func (f *failoverRig) replicaOf(i int) error {
 
 // step is one failover: cut, let the master run alone for a while,
 // promote the replica, move the clients, and make the old master a
-// replica of the new one.
-func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) error {
+// replica of the new one. It reports whether the promoted replica had
+// lost grants: a token counter below the old master's, compared when
+// neither could change (the replica cut off before its promotion, the old
+// master cut off from the clients after).
+func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) (lost bool, err error) {
 	old, next := f.master, 1-f.master
 
 	// The replica falls behind: grants on the master are not replicated.
@@ -86,11 +89,24 @@ func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) error {
 	// master are closed.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	newCounters, err := tokenCounters(ctx, f.admin[next])
+	if err != nil {
+		return false, fmt.Errorf("reading the replica's counters: %w", err)
+	}
 	if err := f.admin[next].Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		return fmt.Errorf("promoting %s: %w", f.servers[next].Addr, err)
+		return false, fmt.Errorf("promoting %s: %w", f.servers[next].Addr, err)
 	}
 	f.clients.Retarget(f.servers[next].Addr)
 	f.master = next
+	oldCounters, err := tokenCounters(ctx, f.admin[old])
+	if err != nil {
+		return false, fmt.Errorf("reading the old master's counters: %w", err)
+	}
+	for key, v := range oldCounters {
+		if newCounters[key] < v {
+			lost = true
+		}
+	}
 
 	// The old master goes on alone for a moment (nobody reaches it), then
 	// follows the new one and drops what it had.
@@ -98,9 +114,28 @@ func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) error {
 	f.repl.Retarget(f.servers[next].Addr)
 	f.repl.Resume()
 	if err := f.replicaOf(old); err != nil {
-		return fmt.Errorf("making %s a replica: %w", f.servers[old].Addr, err)
+		return lost, fmt.Errorf("making %s a replica: %w", f.servers[old].Addr, err)
 	}
-	return f.waitInSync()
+	return lost, f.waitInSync()
+}
+
+// tokenCounters returns the token counters a server holds, by key.
+func tokenCounters(ctx context.Context, c *redis.Client) (map[string]int64, error) {
+	keys, err := c.Keys(ctx, tokenKeys).Result()
+	if err != nil || len(keys) == 0 {
+		return map[string]int64{}, err
+	}
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(keys))
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[keys[i]], _ = strconv.ParseInt(s, 10, 64)
+		}
+	}
+	return out, nil
 }
 
 // waitInSync waits until the replica's link to the master is up and the

@@ -65,6 +65,7 @@ type op struct {
 	Current  fencedlock.Token `json:"cur,omitempty"` // put refused as stale: the store's token
 	Wait     bool             `json:"w,omitempty"`   // acquire: the waiting Acquire, not TryAcquire
 	Paused   bool             `json:"p,omitempty"`   // put: the client paused past the TTL before it
+	Final    bool             `json:"f,omitempty"`   // get: a final read, once everything has landed
 	Err      string           `json:"err,omitempty"` // the error, for the log
 }
 

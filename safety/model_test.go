@@ -146,11 +146,15 @@ var registerModel = registerNondeterministic.ToModel()
 
 // porcupineOps turns the recorded puts and gets into porcupine's
 // operations. A put with an unknown answer may take effect at any time
-// after its call, so its return is the end of the history.
+// after its call, so its return is the end of the history: the end of the
+// workload, before the final reads (ops marked Final, made once nothing
+// could land any more).
 func porcupineOps(ops []op) []porcupine.Operation {
 	var end int64
 	for _, o := range ops {
-		end = max(end, o.Return)
+		if !o.Final {
+			end = max(end, o.Return)
+		}
 	}
 	end++
 	var out []porcupine.Operation

@@ -19,6 +19,16 @@ type summary struct {
 	Puts     int            // writes the clients attempted
 	Stale    int            // writes the clients saw refused as stale
 	Unknown  int            // writes whose outcome the clients did not learn
+	// StaleAttempted counts the stale writes attempted: with a ledger,
+	// the writes that reached the store with a token below the highest it
+	// had accepted for the resource (rejected as stale + stale accepted);
+	// without one, the writes the clients saw refused as stale.
+	StaleAttempted int
+	Causes         map[string]int // StaleAttempted by likely cause (staleCauses)
+	Effects        string         // what the faults did (checkEffects)
+	// FinalMismatches counts resources whose value read back at the end
+	// is not the ledger's last accepted write. 0.
+	FinalMismatches int
 	// NotReplicated counts acquires refused with ErrNotReplicated.
 	NotReplicated int
 
@@ -51,6 +61,7 @@ func (s summary) line() string {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "%s: %v, clients %s, ops %d, grants %d, faults [%s], puts %d (client-seen stale %d, unknown %d)",
 		s.Name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), s.Puts, s.Stale, s.Unknown)
+	fmt.Fprintf(b, "; stale attempted %d (%s)", s.StaleAttempted, formatCauses(s.Causes))
 	if s.Ledger != nil {
 		fmt.Fprintf(b, "; store: accepted %d, rejected %d, errors %d, stale accepted %d, lost %d",
 			s.Ledger.Accepted, s.Ledger.Rejected, s.Ledger.Errors, s.Ledger.StaleAccepted, s.Ledger.Lost)
@@ -60,6 +71,9 @@ func (s summary) line() string {
 		fmt.Fprintf(b, "; acquires not replicated %d", s.NotReplicated)
 	}
 	fmt.Fprintf(b, "; duplicate tokens %d, inversions %d; porcupine %v", s.Grants.Duplicates, s.Grants.Inversions, s.Lin)
+	if s.Effects != "" {
+		fmt.Fprintf(b, "; effects: %s", s.Effects)
+	}
 	return b.String()
 }
 
@@ -72,12 +86,21 @@ func markdown(sums []summary, cfg runConfig) string {
 		mode = "long"
 	}
 	fmt.Fprintf(b, "Safety suite, %s mode: %v of workload per scenario, seed %d, TTL %v.\n\n", mode, cfg.duration, cfg.seed, lockTTL)
-	b.WriteString("| scenario | workload | clients | ops | grants | faults injected | puts | stale rejected | late deliveries (rejected / accepted) | stale accepted | lost | duplicate tokens | inversions | porcupine |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("Stale writes attempted: writes that reached the store with a token below the highest token it had " +
+		"already accepted for the resource, i.e. stale rejected + stale accepted (from the store's ledger; in " +
+		"redis-store, which has no ledger, the writes the clients saw refused as stale). By likely cause, the first " +
+		"that fits in this order: pause (the client slept past its TTL), sigstop (its process was stopped between " +
+		"its acquire and its write), late (the write was delivered after its client gave up), store-slow (the store's network was held up or slowed " +
+		"between its acquire and its write, its read among others), late-grant (a network " +
+		"fault on its own lock connection during its acquire), lock-lost (a restart, flush or failover between its " +
+		"acquire and its write), other. Porcupine's ops include one final read per resource, made once nothing " +
+		"could land any more, which must also match the ledger's last accepted write.\n\n")
+	b.WriteString("| scenario | workload | clients | ops | grants | faults injected | fault effects | puts | stale attempted | stale rejected | stale accepted | by cause | late deliveries (rejected / accepted) | lost | duplicate tokens | inversions | porcupine |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
 	for _, s := range sums {
-		stale, late, staleAcc, lost := fmt.Sprint(s.Stale), "–", "–", "–"
+		rejected, late, staleAcc, lost := fmt.Sprint(s.Stale), "–", "–", "–"
 		if s.Ledger != nil {
-			stale = fmt.Sprint(s.Ledger.Rejected)
+			rejected = fmt.Sprint(s.Ledger.Rejected)
 			late = fmt.Sprintf("%d (%d / %d)", s.Deliveries.Late, s.Deliveries.LateRejected, s.Deliveries.LateAccepted)
 			staleAcc, lost = fmt.Sprint(s.Ledger.StaleAccepted), fmt.Sprint(s.Ledger.Lost)
 		}
@@ -85,9 +108,13 @@ func markdown(sums []summary, cfg runConfig) string {
 		if s.Negative {
 			name += " (unfenced)"
 		}
-		fmt.Fprintf(b, "| %s | %v | %s | %d | %d | %s | %d | %s | %s | %s | %s | %d | %d | %s, %d ops, %v |\n",
-			name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), s.Puts, stale, late,
-			staleAcc, lost, s.Grants.Duplicates, s.Grants.Inversions, s.Lin.Result, s.Lin.Ops, s.Lin.Took.Round(time.Millisecond))
+		effects := s.Effects
+		if effects == "" {
+			effects = "–"
+		}
+		fmt.Fprintf(b, "| %s | %v | %s | %d | %d | %s | %s | %d | %d | %s | %s | %s | %s | %s | %d | %d | %s, %d ops, %v |\n",
+			name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), effects, s.Puts, s.StaleAttempted, rejected, staleAcc,
+			formatCauses(s.Causes), late, lost, s.Grants.Duplicates, s.Grants.Inversions, s.Lin.Result, s.Lin.Ops, s.Lin.Took.Round(time.Millisecond))
 	}
 	for _, s := range sums {
 		if s.NotReplicated > 0 {

@@ -2,8 +2,8 @@ package safety
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math/rand"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -70,18 +70,25 @@ var scenarios = []scenario{
 	{name: "pause", topology: topoSingle, store: storeMemory, pauses: true},
 	// Whole processes stopped past their TTL, heartbeats included.
 	{name: "sigstop", topology: topoSingle, store: storeMemory, children: 2, faults: []string{faultSigstop}},
-	// A faulty network between the clients and Redis. The faults slow
-	// every lock client alike and leave the store's network alone, so a
-	// stale write is rare here: what this checks is the grants, under
-	// lost replies, resent scripts and grants that arrive expired.
+	// A faulty network between ONE lock client process and Redis at a
+	// time (each Locker has its own proxy): its grants arrive after their
+	// TTL while the other clients take the locks and write, and its late
+	// writes must be refused. Lost replies and resent scripts test the
+	// grants.
 	{name: "proxy", topology: topoSingle, store: storeMemory, faults: []string{faultProxy}},
 	// Writes delivered after their clients gave up.
 	{name: "late-write", topology: topoSingle, store: storeMemory, faults: []string{faultLateWrite}},
-	// Lock state lost: the server killed and restarted empty, or flushed.
-	// The store is a RedisStore (on another server, which keeps its data).
-	{name: "restart", topology: topoSingle, store: storeRedis, pauses: true, faults: []string{faultRestart, faultFlushAll}},
-	// Failovers to a replica that missed the latest grants.
-	{name: "failover", topology: topoFailover, store: storeMemory, pauses: true, faults: []string{faultFailover}},
+	// Lock state lost: the server killed and restarted empty, or flushed,
+	// and nothing else. The store is a RedisStore (on another server,
+	// which keeps its data).
+	{name: "restart", topology: topoSingle, store: storeRedis, faults: []string{faultRestart, faultFlushAll}},
+	// The same with holders paused past their TTL.
+	{name: "restart-pause", topology: topoSingle, store: storeRedis, pauses: true, faults: []string{faultRestart, faultFlushAll}},
+	// Failovers to a replica that missed the latest grants, and nothing
+	// else.
+	{name: "failover", topology: topoFailover, store: storeMemory, faults: []string{faultFailover}},
+	// The same with holders paused past their TTL.
+	{name: "failover-pause", topology: topoFailover, store: storeMemory, pauses: true, faults: []string{faultFailover}},
 	// The same with WithReplicas(1): a grant counts only once the replica
 	// has it, so acquires fail while the link is cut (ErrNotReplicated),
 	// and the promoted replica has every grant a client received.
@@ -154,6 +161,47 @@ func waitGoroutines(n int, timeout time.Duration) error {
 	}
 }
 
+// validate reports a combination of settings that would run but
+// silently test less than it says.
+func (sc scenario) validate() error {
+	switch {
+	case sc.children > 0 && sc.store == storeDirect:
+		return fmt.Errorf("%s: child processes write over HTTP, through the ledger; they cannot use the direct store", sc.name)
+	case sc.negative && sc.store == storeDirect:
+		return fmt.Errorf("%s: a negative control needs the ledger (checker A), which the direct store has not", sc.name)
+	case sc.negative && sc.store != storeUnfenced:
+		return fmt.Errorf("%s: a negative control needs the unfenced store", sc.name)
+	case !sc.negative && sc.store == storeUnfenced:
+		return fmt.Errorf("%s: the unfenced store is for the negative control only", sc.name)
+	case sc.replicas > 0 && sc.topology != topoFailover:
+		return fmt.Errorf("%s: WithReplicas needs a replica: the failover topology", sc.name)
+	}
+	for _, f := range sc.faults {
+		switch {
+		case (f == faultProxy || f == faultRestart) && sc.topology != topoSingle:
+			return fmt.Errorf("%s: the %s fault needs the single-node topology", sc.name, f)
+		case f == faultFailover && sc.topology != topoFailover:
+			return fmt.Errorf("%s: the failover fault needs the failover topology", sc.name)
+		case f == faultFlushAll && sc.topology == topoFailover:
+			return fmt.Errorf("%s: flushall is not wired to the failover topology", sc.name)
+		case f == faultSigstop && sc.children == 0:
+			return fmt.Errorf("%s: the sigstop fault needs child processes", sc.name)
+		case f == faultStoreProxy && sc.store != storeDirect:
+			return fmt.Errorf("%s: the store-proxy fault is for the direct store (the late-write fault covers the HTTP store)", sc.name)
+		}
+	}
+	return nil
+}
+
+func (sc scenario) has(fault string) bool {
+	for _, f := range sc.faults {
+		if f == fault {
+			return true
+		}
+	}
+	return false
+}
+
 // scenarioRun is one scenario's servers, clients and records.
 type scenarioRun struct {
 	t    *testing.T
@@ -166,19 +214,26 @@ type scenarioRun struct {
 	ledger    *ledger          // nil for storeDirect
 	storeSrv  *httptest.Server // nil for storeDirect
 	storeAddr string           // the store proxy's address
+	direct    fencedlock.Store // storeDirect: the store Redis without the proxy, for the final reads
 	closers   []func()         // the clients' connections, closed at the end
 	keepDir   string           // see failureDir
 }
 
+// finalReader is the client id of the final reads.
+const finalReader = 1000
+
 // runScenario runs one scenario and checks its history.
 func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
+	if err := sc.validate(); err != nil {
+		t.Fatal(err)
+	}
 	if sc.children > 0 && !childrenSupported {
 		t.Skip("child processes need Linux: SIGSTOP, and a parent-death signal so that no child outlives the test")
 	}
 	started := time.Now()
 	t.Logf("seed %d", seed)
 	r := &scenarioRun{t: t, sc: sc, cfg: cfg, seed: seed}
-	r.nem = &nemesis{t: t, rng: rand.New(rand.NewSource(actorSeed(seed, 999))), ttl: lockTTL, kinds: sc.faults, counts: map[string]int{}, holdFor: lateWriteHold, children: &children{}}
+	r.nem = newNemesis(t, actorSeed(seed, 999), sc.faults)
 	r.setupLocks()
 	r.setupStore()
 
@@ -198,8 +253,8 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	rec := &recorder{}
 	for i := 0; i < inProcessClients; i += 2 {
 		// Two goroutines share each Locker, so that its local queue and
-		// hand-over run too.
-		client := r.lock.newRedisClient(2)
+		// hand-over run too. Each Locker has its own network to Redis.
+		client := r.lockTargetFor(i, i+1).newRedisClient(2)
 		r.closers = append(r.closers, func() { client.Close() })
 		locker := r.lock.newLocker(client)
 		for j := i; j < i+2; j++ {
@@ -222,7 +277,7 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	for i := 0; i < sc.children; i++ {
 		id := inProcessClients + i
 		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWork, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0}
-		cfgChild := childConfig{Spec: spec, Lock: r.lock, StoreAddr: r.storeAddr}
+		cfgChild := childConfig{Spec: spec, Lock: r.lockTargetFor(id), StoreAddr: r.storeAddr}
 		r.nem.children.add(startChild(t, cfgChild, cfg.duration+time.Minute))
 	}
 
@@ -240,14 +295,18 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	}
 	// Writes still held in the network land before the store is read:
 	// every held request was read by the proxy before its client
-	// finished, and is delivered at most lateWriteHold later.
+	// finished, and is delivered at most lateWriteHold later. Then the
+	// store's network is cut, so that nothing lands after the final reads.
 	if !r.nem.lastHold.IsZero() {
 		time.Sleep(lateWriteHold + 500*time.Millisecond)
 	}
+	r.nem.eff.HoldsDelivered = r.nem.storeProxy.Released()
 	if r.storeSrv != nil {
 		r.storeSrv.Close() // waits for the requests in flight
 	}
+	r.nem.storeProxy.CloseAll()
 	closeOnce()
+	history = append(history, r.finalReads()...)
 	sortOps(history)
 	for _, err := range r.nem.errs {
 		t.Errorf("fault: %v", err)
@@ -262,6 +321,35 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	return sum
 }
 
+// finalReads reads every resource back from the store once the workload
+// has drained and nothing can land any more: ops of client finalReader,
+// marked Final.
+func (r *scenarioRun) finalReads() []op {
+	store := r.direct
+	if r.ledger != nil {
+		store = r.ledger
+	}
+	var ops []op
+	for _, res := range resources {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		o := op{Client: finalReader, Resource: res, Kind: opGet, Final: true, Call: now()}
+		value, token, err := store.Get(ctx, res)
+		cancel()
+		o.Return = now()
+		switch {
+		case err == nil:
+			o.Outcome, o.Value, o.Token = outOK, string(value), token
+		case errors.Is(err, fencedlock.ErrNotFound):
+			o.Outcome = outNotFound
+		default:
+			o.Outcome, o.Err = outUnknown, err.Error()
+			r.t.Errorf("final read of %s: %v", res, err)
+		}
+		ops = append(ops, o)
+	}
+	return ops
+}
+
 // actorSeed returns the seed of one actor of a scenario: client id, or
 // 999 for the nemesis.
 func actorSeed(seed int64, actor int) int64 { return seed*1000 + int64(actor) }
@@ -272,9 +360,8 @@ func (r *scenarioRun) setupLocks() {
 	switch r.sc.topology {
 	case topoSingle:
 		srv := redistest.Start(t)
-		p := redistest.NewProxy(t, srv.Addr)
-		r.lock = lockTarget{Addrs: []string{p.Addr()}}
-		r.nem.lockProxy, r.nem.lockServer = p, srv
+		r.lock = lockTarget{Addrs: []string{srv.Addr}} // each client process gets its own proxy: lockTargetFor
+		r.nem.lockServer = srv
 		r.nem.lockAdmin = []*redis.Client{r.adminClient(srv.Addr)}
 	case topoFailover:
 		f := newFailoverRig(t)
@@ -290,6 +377,24 @@ func (r *scenarioRun) setupLocks() {
 	default:
 		t.Fatalf("unknown topology %q", r.sc.topology)
 	}
+}
+
+// lockTargetFor returns how one lock client process (a Locker, or a
+// child) with the given client ids reaches the lock Redis: on a single
+// node, through a proxy of its own, so that the proxy fault can slow one
+// client's calls while the others proceed.
+func (r *scenarioRun) lockTargetFor(ids ...int) lockTarget {
+	lt := r.lock
+	lt.Addrs = append([]string(nil), r.lock.Addrs...)
+	if r.sc.topology == topoSingle {
+		p := redistest.NewProxy(r.t, r.nem.lockServer.Addr)
+		r.nem.lockProxies = append(r.nem.lockProxies, lockProxy{proxy: p, clients: ids})
+		lt.Addrs = []string{p.Addr()}
+	}
+	if r.sc.has(faultProxy) {
+		lt.ReadTimeout = lockReadTimeout
+	}
+	return lt
 }
 
 // adminClient returns a direct client of a Redis server, for the nemesis
@@ -318,6 +423,7 @@ func (r *scenarioRun) setupStore() {
 		srv := redistest.Start(t)
 		p := redistest.NewProxy(t, srv.Addr)
 		r.nem.storeProxy, r.storeAddr = p, p.Addr()
+		r.direct = fencedlock.NewRedisStore(r.adminClient(srv.Addr))
 		return
 	default:
 		t.Fatalf("unknown store %q", r.sc.store)

@@ -39,11 +39,31 @@ func (r *scenarioRun) check(history []op) summary {
 	}
 
 	// A: the store's ledger.
+	applied := map[string]int64{} // when the store applied each write, by value
+	var stale []string            // the stale writes attempted, by value
+	if r.ledger == nil {
+		// Without a ledger, the clients' refusals are the stale writes
+		// attempted that are known.
+		for _, o := range history {
+			if o.Kind == opPut && o.Outcome == outStale {
+				stale = append(stale, o.Value)
+			}
+		}
+	}
 	if r.ledger != nil {
 		entries := r.ledger.snapshot()
+		for _, e := range entries {
+			applied[e.Value] = e.At
+		}
 		lr := checkLedger(entries)
 		dr := checkDeliveries(history, entries)
 		sum.Ledger, sum.Deliveries = &lr, &dr
+		stale = lr.Stale
+		// The store must hold, at the end, the last write it accepted.
+		if bad := checkFinalReads(lr, history); len(bad) > 0 {
+			sum.FinalMismatches = len(bad)
+			t.Errorf("the store's final values differ from the ledger's last accepted writes:\n  %s", strings.Join(bad, "\n  "))
+		}
 		if !sc.negative {
 			if !lr.ok() {
 				t.Errorf("checker A: the store accepted %d stale writes, lost %d, refused %d wrongly:\n  %s",
@@ -55,6 +75,9 @@ func (r *scenarioRun) check(history []op) summary {
 				dr.Mismatches, dr.Orphans, strings.Join(dr.Examples, "\n  "))
 		}
 	}
+
+	sum.StaleAttempted = len(stale)
+	sum.Causes = staleCauses(stale, history, r.nem.events, applied)
 
 	// B: the grants.
 	sum.Grants = checkGrants(history)
@@ -76,10 +99,9 @@ func (r *scenarioRun) check(history []op) summary {
 	case sc.negative:
 	case sum.Lin.Result == porcupine.Illegal:
 		t.Errorf("checker C: the clients' history is not linearizable for a fenced register: %v", sum.Lin)
-	case sum.Lin.Result == porcupine.Unknown && !r.cfg.long:
-		t.Errorf("checker C: porcupine timed out after %v (quick mode fails on that; -safety.check-timeout raises the limit)", r.cfg.checkTimeout)
 	case sum.Lin.Result == porcupine.Unknown:
-		t.Logf("checker C: porcupine timed out after %v: linearizability not decided", r.cfg.checkTimeout)
+		// Checks take milliseconds: a timeout is a problem of its own.
+		t.Errorf("checker C: porcupine timed out after %v: linearizability not decided (-safety.check-timeout raises the limit)", r.cfg.checkTimeout)
 	}
 
 	// The negative control must be caught by every checker that can see it.
@@ -117,10 +139,57 @@ func (r *scenarioRun) check(history []op) summary {
 	if len(sc.faults) > 0 && injected == 0 {
 		t.Errorf("no fault was injected")
 	}
+	r.checkEffects(&sum, history)
 	if sc.pauses && sum.Faults["pause"] == 0 {
 		t.Errorf("no client paused")
 	}
 	return sum
+}
+
+// checkEffects measures what each fault of the scenario did, for the
+// report. A fault with no effect at all (no counter lost to a restart or
+// a flush, no failover that lost grants, no held write delivered, no
+// process stopped while it held a lock) fails the scenario in the long
+// mode, and is logged in the quick mode, whose few seconds may not
+// suffice.
+func (r *scenarioRun) checkEffects(sum *summary, history []op) {
+	eff := r.nem.eff
+	var parts []string
+	zero := func(fault, what string) {
+		if r.cfg.long {
+			r.t.Errorf("the %s fault had no effect: %s", fault, what)
+		} else {
+			r.t.Logf("the %s fault had no effect: %s (quick mode: not a failure)", fault, what)
+		}
+	}
+	for _, f := range r.sc.faults {
+		switch f {
+		case faultRestart, faultFlushAll:
+			parts = append(parts, fmt.Sprintf("%s: %d counters lost in %d/%d (empty after each)", f, eff.KeysLost[f], eff.LossyFaults[f], r.nem.counts[f]))
+			if eff.KeysLost[f] == 0 {
+				zero(f, "no token counter was lost")
+			}
+		case faultFailover:
+			parts = append(parts, fmt.Sprintf("failover: %d/%d lost grants", eff.FailoversLost, eff.Failovers))
+			if eff.FailoversLost == 0 {
+				zero(f, "no promoted replica had missed a grant")
+			}
+		case faultLateWrite:
+			parts = append(parts, fmt.Sprintf("late-write: %d/%d held requests delivered", eff.HoldsDelivered, eff.HoldsAsked))
+			if eff.HoldsDelivered == 0 {
+				zero(f, "no held request was delivered")
+			}
+		case faultSigstop:
+			stops, holding := stopsWhileHolding(history, r.nem.events)
+			parts = append(parts, fmt.Sprintf("sigstop: %d/%d while holding", holding, stops))
+			if holding == 0 {
+				zero(f, "no child was stopped while it held a lock")
+			}
+		case faultProxy:
+			parts = append(parts, fmt.Sprintf("proxy: %d stale writes after a late grant", sum.Causes[causeLateGrant]))
+		}
+	}
+	sum.Effects = strings.Join(parts, "; ")
 }
 
 // vizDir returns the directory for porcupine's visualization of an
