@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,42 +14,13 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// foInfo returns the fields of INFO section as a map.
-func foInfo(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
-	raw, err := c.Info(ctx, section).Result()
-	if err != nil {
-		return nil, err
-	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(raw, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
-	return fields, nil
-}
-
 // foWaitInSync waits until the replica's link to its master is up and it
-// has applied everything the master has sent it: its replication offset
-// equals the master's.
+// has applied everything the master has sent it.
 func foWaitInSync(t testing.TB, ctx context.Context, master, replica *redis.Client) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		m, err := foInfo(ctx, master, "replication")
-		require.NoError(t, err)
-		r, err := foInfo(ctx, replica, "replication")
-		require.NoError(t, err)
-		last = "master_repl_offset " + m["master_repl_offset"] + ", replica: master_link_status " +
-			r["master_link_status"] + ", slave_repl_offset " + r["slave_repl_offset"]
-		if r["master_link_status"] == "up" && m["master_repl_offset"] != "" &&
-			m["master_repl_offset"] == r["slave_repl_offset"] {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the replica did not catch up with its master: %s", last)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, redistest.WaitInSync(wctx, master, replica))
 }
 
 // A failover to a replica that missed the latest grant: A is granted a
@@ -90,7 +60,7 @@ func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
 
 	// Failover: the replica becomes a master without A's grant.
 	require.NoError(t, rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
-	r, err := foInfo(ctx, rc, "replication")
+	r, err := redistest.Info(ctx, rc, "replication")
 	require.NoError(t, err)
 	require.Equal(t, "master", r["role"])
 	counter, err = rc.Get(ctx, onReplica.TokenKey(res)).Result()

@@ -119,7 +119,10 @@ func TestHeartbeatKeepsTheLock(t *testing.T) {
 		assert.False(t, ltClosed(kept.Done()), "Done closed while the heartbeat held the lock")
 		left, err := kept.TTL(ctx)
 		require.NoError(t, err, "the heartbeat did not keep the lock")
-		assert.Greater(t, left, ttl/3)
+		// Any time left shows refreshes: ten TTLs went by. (On miniredis,
+		// whose clock moves in steps of ttl/3, a heartbeat that a loaded
+		// machine delays past one step leaves exactly ttl/3.)
+		assert.Greater(t, left, time.Duration(0))
 
 		// The negative control: the same wait without a heartbeat.
 		assert.ErrorIs(t, bare.Refresh(ctx, ttl), fencedlock.ErrLockLost, "the lock without heartbeat did not expire")

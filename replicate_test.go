@@ -43,7 +43,7 @@ func rpStart(t *testing.T, ctx context.Context) rpPair {
 func rpWaitAcked(t *testing.T, ctx context.Context, master *redis.Client) {
 	t.Helper()
 	ltEventually(t, func() bool {
-		m, err := foInfo(ctx, master, "replication")
+		m, err := redistest.Info(ctx, master, "replication")
 		require.NoError(t, err)
 		return m["master_repl_offset"] != "" && strings.Contains(m["slave0"], ",offset="+m["master_repl_offset"]+",")
 	}, "the replica's acknowledgement of the master's offset")

@@ -214,16 +214,7 @@ func (w *worker) get(ctx context.Context, res string) {
 	ctx, cancel := context.WithTimeout(ctx, storeCallFor)
 	defer cancel()
 	o := op{Client: w.spec.ID, Resource: res, Kind: opGet, Call: now()}
-	value, token, err := w.store.Get(ctx, res)
-	o.Return = now()
-	switch {
-	case err == nil:
-		o.Outcome, o.Value, o.Token = outOK, string(value), token
-	case errors.Is(err, fencedlock.ErrNotFound):
-		o.Outcome = outNotFound
-	default:
-		o.Outcome, o.Err = outUnknown, err.Error()
-	}
+	o.endGet(w.store.Get(ctx, res))
 	w.rec.add(o)
 }
 
@@ -234,19 +225,7 @@ func (w *worker) put(ctx context.Context, res string, token fencedlock.Token, pa
 	w.seq++
 	value := fmt.Sprintf("c%d-%d", w.spec.ID, w.seq)
 	o := op{Client: w.spec.ID, Resource: res, Kind: opPut, Token: token, Value: value, Paused: paused, Call: now()}
-	err := w.store.Put(ctx, res, token, []byte(value))
-	o.Return = now()
-	var stale *fencedlock.StaleTokenError
-	switch {
-	case err == nil:
-		o.Outcome = outOK
-	case errors.As(err, &stale):
-		o.Outcome, o.Current = outStale, stale.Current
-	default:
-		// Anything else, a 500 or a timeout among them: the write may
-		// have landed, or may land later.
-		o.Outcome, o.Err = outUnknown, err.Error()
-	}
+	o.endPut(w.store.Put(ctx, res, token, []byte(value)))
 	w.rec.add(o)
 	return o.Outcome
 }

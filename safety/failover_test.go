@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -142,40 +141,7 @@ func tokenCounters(ctx context.Context, c *redis.Client) (map[string]int64, erro
 // replica has applied everything the master had sent when the wait began.
 // (The clients keep writing, so the offsets need not ever be equal.)
 func (f *failoverRig) waitInSync() error {
-	m, r := f.admin[f.master], f.admin[1-f.master]
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	var target int64 = -1
-	var last string
-	for ctx.Err() == nil {
-		mi, err := redisInfo(ctx, m, "replication")
-		if err == nil && target < 0 {
-			target, _ = strconv.ParseInt(mi["master_repl_offset"], 10, 64)
-		}
-		ri, rerr := redisInfo(ctx, r, "replication")
-		if err == nil && rerr == nil {
-			off, _ := strconv.ParseInt(ri["slave_repl_offset"], 10, 64)
-			last = fmt.Sprintf("master offset %d when the wait began; replica: role %s, link %s, offset %d", target, ri["role"], ri["master_link_status"], off)
-			if target >= 0 && ri["master_link_status"] == "up" && off >= target {
-				return nil
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("the replica did not catch up with its master: %s", last)
-}
-
-// redisInfo returns the fields of an INFO section.
-func redisInfo(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
-	raw, err := c.Info(ctx, section).Result()
-	if err != nil {
-		return nil, err
-	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(raw, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
-	return fields, nil
+	return redistest.WaitInSync(ctx, f.admin[f.master], f.admin[1-f.master])
 }

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -93,6 +94,37 @@ func wallTime(ns int64) string {
 
 // now is the timestamp of the history: wall clock (see op).
 func now() int64 { return time.Now().UnixNano() }
+
+// endGet records the answer of a Get in o, with its return time: a value
+// and token, not found, or unknown.
+func (o *op) endGet(value []byte, token fencedlock.Token, err error) {
+	o.Return = now()
+	switch {
+	case err == nil:
+		o.Outcome, o.Value, o.Token = outOK, string(value), token
+	case errors.Is(err, fencedlock.ErrNotFound):
+		o.Outcome = outNotFound
+	default:
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+}
+
+// endPut records the answer of a Put in o, with its return time: accepted,
+// refused as stale (with the store's token), or unknown: anything else, a
+// 500 or a timeout among them, after which the write may have landed, or
+// may land later.
+func (o *op) endPut(err error) {
+	o.Return = now()
+	var stale *fencedlock.StaleTokenError
+	switch {
+	case err == nil:
+		o.Outcome = outOK
+	case errors.As(err, &stale):
+		o.Outcome, o.Current = outStale, stale.Current
+	default:
+		o.Outcome, o.Err = outUnknown, err.Error()
+	}
+}
 
 // A recorder collects the ops of the clients of one process. It is safe
 // for concurrent use.

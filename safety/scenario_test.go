@@ -2,7 +2,6 @@ package safety
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -333,17 +332,10 @@ func (r *scenarioRun) finalReads() []op {
 	for _, res := range resources {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		o := op{Client: finalReader, Resource: res, Kind: opGet, Final: true, Call: now()}
-		value, token, err := store.Get(ctx, res)
+		o.endGet(store.Get(ctx, res))
 		cancel()
-		o.Return = now()
-		switch {
-		case err == nil:
-			o.Outcome, o.Value, o.Token = outOK, string(value), token
-		case errors.Is(err, fencedlock.ErrNotFound):
-			o.Outcome = outNotFound
-		default:
-			o.Outcome, o.Err = outUnknown, err.Error()
-			r.t.Errorf("final read of %s: %v", res, err)
+		if o.Outcome == outUnknown {
+			r.t.Errorf("final read of %s: %s", res, o.Err)
 		}
 		ops = append(ops, o)
 	}

@@ -28,16 +28,7 @@ func TestStoreServerAppliesLateWrites(t *testing.T) {
 	put := func(s *httpStore, token fencedlock.Token, value string) error {
 		o := op{Client: 1, Resource: "r", Kind: opPut, Token: token, Value: value, Call: now()}
 		err := s.Put(ctx, "r", token, []byte(value))
-		o.Return = now()
-		var stale *fencedlock.StaleTokenError
-		switch {
-		case err == nil:
-			o.Outcome = outOK
-		case errors.As(err, &stale):
-			o.Outcome, o.Current = outStale, stale.Current
-		default:
-			o.Outcome = outUnknown
-		}
+		o.endPut(err)
 		rec.add(o)
 		return err
 	}
