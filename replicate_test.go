@@ -49,18 +49,6 @@ func rpWaitAcked(t *testing.T, ctx context.Context, master *redis.Client) {
 	}, "the replica's acknowledgement of the master's offset")
 }
 
-// rpSubscribers returns how many connections are subscribed to the
-// channel of resource's grants, by classic or by sharded pub/sub.
-func rpSubscribers(t *testing.T, ctx context.Context, c *redis.Client, l *fencedlock.Locker, resource string) int64 {
-	t.Helper()
-	channel := strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
-	n, err := c.PubSubNumSub(ctx, channel).Result()
-	require.NoError(t, err)
-	sn, err := c.PubSubShardNumSub(ctx, channel).Result()
-	require.NoError(t, err)
-	return n[channel] + sn[channel]
-}
-
 // rpRequireOnReplica checks, at once, that the replica holds lock's grant:
 // its lock key with the lock's token, and the counter at that token.
 func rpRequireOnReplica(t *testing.T, ctx context.Context, rc *redis.Client, l *fencedlock.Locker, lock *fencedlock.Lock) {
@@ -116,7 +104,7 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 			holder := ltTryAcquire(t, ctx, holderLocker, res, ltLongTTL)
 			done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
 			ltEventually(t, func() bool {
-				return l.Reserved(res) != 0 && rpSubscribers(t, ctx, rp.master, l, res) == 1
+				return l.Reserved(res) != 0 && ltChannelSubscribers(t, rp.master, true, l, res) == 1
 			}, "the waiter to queue and subscribe")
 			// The master knows that the replica has the waiter's own
 			// writes before the grant: a WAIT for those alone would return
@@ -148,7 +136,7 @@ func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
 	holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
 	done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
 	ltEventually(t, func() bool {
-		return l.Reserved(res) != 0 && rpSubscribers(t, ctx, rp.master, l, res) == 1
+		return l.Reserved(res) != 0 && ltChannelSubscribers(t, rp.master, true, l, res) == 1
 	}, "the waiter to queue and subscribe")
 	p.HoldRequests(1, 300*time.Millisecond)
 	require.NoError(t, holder.Release(ctx))

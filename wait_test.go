@@ -39,13 +39,20 @@ func ltQueued(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource
 // channel, by classic or by sharded pub/sub.
 func ltSubscribers(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) int64 {
 	t.Helper()
+	return ltChannelSubscribers(t, b.Client, b.Real, l, resource)
+}
+
+// ltChannelSubscribers is ltSubscribers for the server behind c; sharded
+// pub/sub is counted only on a real Redis (miniredis lacks it).
+func ltChannelSubscribers(t *testing.T, c *redis.Client, real bool, l *fencedlock.Locker, resource string) int64 {
+	t.Helper()
 	ctx := context.Background()
 	channel := strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
-	n, err := b.Client.PubSubNumSub(ctx, channel).Result()
+	n, err := c.PubSubNumSub(ctx, channel).Result()
 	require.NoError(t, err)
 	total := n[channel]
-	if b.Real {
-		sn, err := b.Client.PubSubShardNumSub(ctx, channel).Result()
+	if real {
+		sn, err := c.PubSubShardNumSub(ctx, channel).Result()
 		require.NoError(t, err)
 		total += sn[channel]
 	}
