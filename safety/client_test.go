@@ -78,19 +78,9 @@ func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
 	if lt.ReadTimeout > 0 {
 		readTimeout = lt.ReadTimeout
 	}
-	if lt.Cluster {
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 lt.Addrs,
-			DialTimeout:           redisTimeout,
-			ReadTimeout:           readTimeout,
-			WriteTimeout:          redisTimeout,
-			PoolTimeout:           poolTimeout,
-			MaxRetries:            maxRetries,
-			ContextTimeoutEnabled: true,
-		})
-	}
-	return redis.NewClient(&redis.Options{
-		Addr:                  lt.Addrs[0],
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 lt.Addrs,
+		IsClusterMode:         lt.Cluster, // else one address: a *redis.Client
 		DialTimeout:           redisTimeout,
 		ReadTimeout:           readTimeout,
 		WriteTimeout:          redisTimeout,
