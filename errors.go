@@ -3,6 +3,8 @@ package fencedlock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // Sentinel errors. Compare with errors.Is: the library wraps them with
@@ -60,7 +62,22 @@ var (
 	// Redis still works; its replicas are behind or disconnected. Try
 	// again later.
 	ErrNotReplicated = errors.New("fencedlock: grant not confirmed by replicas")
+
+	// ErrUnavailable means the backend could not answer: Redis (or a
+	// store's database) could not be reached, did not answer before the
+	// context ended, or answered with an error that is not about the lock
+	// (LOADING, OOM, READONLY, NOAUTH, BUSY, CLUSTERDOWN, ...). The wrapping
+	// error also wraps the cause: a *net.OpError, a redis.Error, the
+	// context's error. It says nothing about who holds the lock: retry
+	// later, and treat the backend as down, not the lock as taken.
+	ErrUnavailable = errors.New("fencedlock: backend unavailable")
 )
+
+// MaxResourceLen is the longest resource name, in bytes, that the Locker,
+// IssueToken (for lock keys), every store and fencehttp accept. A longer
+// name is refused with an error wrapping ErrInvalidArgument before
+// anything is sent. Error messages quote at most a short prefix of a name.
+const MaxResourceLen = names.Max
 
 // StaleTokenError is returned by a store that refused a write because
 // Token is lower than Current, the token stored with the resource's value.

@@ -46,6 +46,7 @@ type Proxy struct {
 	resumed  chan struct{}           // guarded by mu; closed by Resume, non-nil while paused
 	inflight int                     // guarded by mu; chunks being written
 	delay    time.Duration           // guarded by mu
+	replyLag time.Duration           // guarded by mu; extra delay of server→client chunks
 	drops    int                     // guarded by mu; server→client chunks still to drop
 	dropped  int                     // guarded by mu; server→client chunks dropped so far
 	holds    int                     // guarded by mu; client→server chunks still to hold
@@ -154,6 +155,19 @@ func (p *Proxy) Delay(d time.Duration) {
 	}
 	p.mu.Lock()
 	p.delay = d
+	p.mu.Unlock()
+}
+
+// DelayReplies delays every chunk forwarded from the server to a client
+// from now on by d, on top of any Delay, while requests flow on at once:
+// the server runs commands whose replies arrive d later. d <= 0 removes
+// the reply delay.
+func (p *Proxy) DelayReplies(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	p.mu.Lock()
+	p.replyLag = d
 	p.mu.Unlock()
 }
 
@@ -344,6 +358,9 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 				p.holds--
 				held = true
 				d += p.holdFor
+			}
+			if fromServer {
+				d += p.replyLag
 			}
 			if fromServer && c.awaiting > 0 {
 				c.awaiting--
