@@ -30,3 +30,12 @@ func (l *Locker) Reserved(resource string) Token {
 	}
 	return 0
 }
+
+// WaiterRefused reports whether the first of l's waiters for resource has
+// heard the answer to a refused attempt.
+func (l *Locker) WaiterRefused(resource string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[resource]
+	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
+}
