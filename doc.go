@@ -73,14 +73,50 @@
 // [Lock.Release] hands the lock to the first live waiter in that queue,
 // with a fresh token, in the same script, and publishes the grant on the
 // resource's channel (sharded pub/sub on Redis 7 and later); the Locker's
-// one subscription wakes the waiter. The first waiter has a token
-// reserved, so a holder whose lease is certain hands the lock to the next
-// waiter of its own Locker at once, before its release's reply; that
-// Lock's commands wait for Redis to confirm the grant. A waiter that gives up leaves the queue
-// and passes on a lock handed to it meanwhile. A waiter whose
-// process dies is skipped once its TTL has passed unrenewed. A fallback
-// timer, bounded by the holder's remaining TTL, covers a holder that
-// crashed and a message lost with a broken connection.
+// one subscription wakes the waiter. When the waiter is a goroutine of the
+// releasing Locker, the release's reply carries the grant to it. Either
+// way a waiter takes the lock only from an answer of Redis: a Lock is
+// never returned on a local belief that the holder still held it. A
+// waiter that gives up leaves the queue and passes on a lock handed to it
+// meanwhile. A waiter whose process dies is skipped once its TTL has
+// passed unrenewed. A fallback timer, bounded by the holder's remaining
+// TTL, covers a holder that crashed and a message lost with a broken
+// connection.
+//
+// # Deadlines
+//
+// Every call that takes a ctx returns within its deadline (plus a few
+// milliseconds), whatever Redis does and whether or not the go-redis
+// client heeds contexts (ContextTimeoutEnabled): a command whose answer
+// has not come by then is left to the client's own timeouts in the
+// background. Cleanup that must outlive the call (releasing the grant of
+// an attempt whose answer never came, leaving the queue) runs in the
+// background within a second, at most 64 at a time per Locker; the error
+// says whether it finished, and a failure after the call returned is
+// logged (see [WithLogger]). Waiters on different resources never wait
+// for each other.
+//
+// # Errors
+//
+// Compare with errors.Is:
+//
+//	what happened                               error                what to do
+//	Redis answered: another owner holds it      ErrNotAcquired       skip, or wait (Acquire)
+//	ctx ended while waiting for a held lock     ErrNotAcquired+ctx   skip, or wait longer
+//	Redis unreachable, too slow for ctx, or an
+//	error reply (LOADING, OOM, READONLY, ...)   ErrUnavailable       treat the backend as down; retry later
+//	Redis answered: the lock is gone or taken,
+//	or the lease ran out by the local clock     ErrLockLost          stop working; acquire again
+//	this Lock was released by Release           ErrReleased          nothing: you released it
+//	a store refused a lower token               ErrStaleToken        acquire again, re-read, retry (HTTP 409)
+//	replicas did not confirm the grant          ErrNotReplicated     retry later
+//	bad input; nothing was sent                 ErrInvalidArgument,  fix the call
+//	                                            ErrInvalidToken
+//	a key holds what the library did not write  ErrCorrupt           repair the key
+//
+// After a Release or Refresh whose outcome is unknown (ErrUnavailable),
+// the Lock is not ended, but it no longer counts as certainly held until
+// a Refresh succeeds; Release may be called again.
 //
 // # What is promised
 //

@@ -19,18 +19,6 @@ func (l *Locker) IssuedRecordKey(lockKey string) string {
 	return issuedKey(l.prefix, "issued", slotTag(lockKey), lockKey)
 }
 
-// Reserved returns the token reserved for the first of l's waiters for
-// resource, as its last refused attempt reported it; 0 when there is
-// none.
-func (l *Locker) Reserved(resource string) Token {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if q := l.queues[resource]; q != nil && len(q.waiters) > 0 {
-		return q.waiters[0].reserved
-	}
-	return 0
-}
-
 // WaiterRefused reports whether the first of l's waiters for resource has
 // heard the answer to a refused attempt.
 func (l *Locker) WaiterRefused(resource string) bool {

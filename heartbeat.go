@@ -19,12 +19,14 @@ import (
 // is tried again, every quarter interval, until the TTL granted by the
 // last successful refresh (or by the grant), measured on the local
 // monotonic clock from before that refresh was sent, is within a twentieth
-// of running out; then the Lock is lost. So the holder hears of the loss
-// before Redis lets the key expire, not after. Once lost, nothing more is
-// sent to Redis for the Lock. A refresh in flight at that moment is left
-// to finish within the client's own timeouts. After a Refresh with a TTL
-// below twice the interval, the heartbeat refreshes every third of that
-// TTL.
+// of running out (or sooner, when a Refresh whose outcome is unknown may
+// have shortened the lock); then the Lock is lost. So the holder hears of
+// the loss before Redis lets the key expire, not after, even when Redis
+// does not answer at all: each refresh is given up at that deadline. Once
+// lost, nothing more is sent to Redis for the Lock. A refresh in flight at
+// that moment is left to finish within the client's own timeouts. After a
+// Refresh with a TTL below twice the interval, the heartbeat refreshes
+// every third of that TTL.
 //
 // The heartbeat keeps the lock alive; it does not make writes safe. A
 // process that is paused (GC, SIGSTOP, a slow disk) does not run its
@@ -88,13 +90,12 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 	var retry time.Time // when to try again after a failed refresh
 	for {
 		k.mu.Lock()
-		base, ttl := k.base, k.ttl
+		base, ttl, deadline := k.base, k.ttl, k.until
 		k.mu.Unlock()
 		every := interval
 		if every > ttl/2 {
 			every = ttl / 3
 		}
-		deadline := base.Add(certainFor(ttl))
 		next := base.Add(every)
 		if retry.After(base) {
 			next = retry
@@ -121,7 +122,9 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
 			return
 		}
-		err := k.refreshBy(ctx, ttl, deadline)
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		err := k.refresh(rctx, ttl)
+		cancel()
 		if ctx.Err() != nil {
 			return // released or ended meanwhile: the result does not matter
 		}
@@ -135,25 +138,9 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
 			return
 		default:
+			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
 		}
-	}
-}
-
-// refreshBy runs one refresh for ttl, giving up on its answer at deadline
-// or when ctx ends: the client may not heed ctx while it waits for a reply,
-// so the call runs in its own goroutine, which ends within the client's
-// timeouts.
-func (k *Lock) refreshBy(ctx context.Context, ttl time.Duration, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	result := make(chan error, 1)
-	go func() { result <- k.refresh(ctx, ttl) }()
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // IssueToken issues a fencing token for a lock that another library
@@ -62,23 +64,25 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 		return 0, err
 	}
 	if ownerValue == "" {
-		return 0, invalidArg("empty owner value for lock key %q", lockKey)
+		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
-	res, err := issueScript.Run(ctx, l.client, []string{lockKey, counter, record}, ownerValue).Slice()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return issueScript.Run(ctx, l.client, []string{lockKey, counter, record}, ownerValue).Slice()
+	})
 	if err != nil {
-		return 0, scriptErr("issue token for lock key", lockKey, err, counter, record)
+		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
 	}
 	if len(res) == 1 {
 		if n, _ := res[0].(int64); n == 0 {
-			return 0, fmt.Errorf("%w: lock key %q does not hold the owner value", ErrLockLost, lockKey)
+			return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
 		}
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("fencedlock: issue token for lock key %q: unexpected reply %v", lockKey, res)
+		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: unexpected reply %v", names.Quote(lockKey), res)
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
-		return 0, fmt.Errorf("fencedlock: issue token for lock key %q: %w", lockKey, err)
+		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: %w", names.Quote(lockKey), err)
 	}
 	return token, nil
 }
@@ -118,8 +122,11 @@ func (l *Locker) issuedKeys(lockKey string) (counter, record string, err error) 
 	if lockKey == "" {
 		return "", "", invalidArg("empty lock key")
 	}
+	if len(lockKey) > MaxResourceLen {
+		return "", "", invalidArg("lock key %s is longer than MaxResourceLen (%d bytes)", names.Quote(lockKey), MaxResourceLen)
+	}
 	if strings.IndexByte(l.prefix, '{') >= 0 {
-		return "", "", invalidArg("prefix %q holds \"{\": the keys of IssueToken could not share the hash slot of lock key %q", l.prefix, lockKey)
+		return "", "", invalidArg("prefix %s holds \"{\": the keys of IssueToken could not share the hash slot of lock key %s", names.Quote(l.prefix), names.Quote(lockKey))
 	}
 	tag := slotTag(lockKey)
 	return issuedKey(l.prefix, "issued-token", tag, lockKey), issuedKey(l.prefix, "issued", tag, lockKey), nil

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // Lock is a granted lock on one resource, with the fencing token of its
@@ -30,18 +32,21 @@ type Lock struct {
 	channel  string    // where releases that hand the lock on publish
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
-	transfer *transfer // set when the lock was handed over before Redis confirmed it
 
-	releaseMu sync.Mutex // held by Release
+	releaseMu sync.Mutex // held by Release: one at a time
 
-	mu    sync.Mutex
-	base  time.Time          // local time before the last successful grant or refresh was sent
-	ttl   time.Duration      // the TTL that grant or refresh set: the lock is held at least until base+ttl
-	err   error              // nil while held
-	done  chan struct{}      // made on demand; closed when err is set
-	stop  context.CancelFunc // stops the heartbeat, if one runs
-	kick  chan struct{}      // tells the heartbeat that the TTL changed
-	onEnd func(error)        // called once when err is set
+	mu        sync.Mutex         // guards the fields below
+	base      time.Time          // local time before the last successful grant or refresh was sent
+	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
+	until     time.Time          // the lock is certainly held until then, by the local clock
+	uncertain bool               // a Release or Refresh since the last success had no known outcome
+	releasing chan struct{}      // non-nil while a Release runs; closed when it ends
+	pending   error              // a loss found while a Release ran, applied if the Release fails
+	err       error              // nil while held
+	done      chan struct{}      // made on demand; closed when err is set
+	stop      context.CancelFunc // stops the heartbeat, if one runs
+	kick      chan struct{}      // tells the heartbeat that the TTL changed
+	onEnd     func(error)        // called once when err is set
 }
 
 // closedChan is the Done channel of Locks that ended before anyone asked.
@@ -88,6 +93,8 @@ func (k *Lock) Done() <-chan struct{} {
 
 // Err returns nil while the Lock is held, ErrReleased once Release has
 // released it, and an error wrapping ErrLockLost once it was found lost.
+// A Lock that Release released never reports ErrLockLost, even when a
+// Refresh or the heartbeat raced the Release.
 func (k *Lock) Err() error {
 	if err := k.check(); err != nil {
 		return err
@@ -98,19 +105,44 @@ func (k *Lock) Err() error {
 }
 
 // hold records a grant, or a refresh, of the lock for ttl, sent at sent:
-// the lock is held at least until sent+ttl.
+// the lock is held at least until sent+ttl, and certainly (by the
+// heartbeat's rule, see certainFor) until sent+certainFor(ttl).
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	if sent.After(k.base) {
-		if k.kick != nil && ttl != k.ttl {
-			select {
-			case k.kick <- struct{}{}:
-			default:
-			}
-		}
-		k.base, k.ttl = sent, ttl
+		k.retune(ttl)
+		k.base, k.until, k.uncertain = sent, sent.Add(certainFor(ttl)), false
 	}
 	k.mu.Unlock()
+}
+
+// unknown records a Release (ttl 0) or a Refresh for ttl, sent at sent,
+// whose outcome is unknown: it may have run in Redis. The Lock is no
+// longer certainly held until a Refresh succeeds; a Refresh that ran may
+// have shortened the lock to sent+ttl (it can only have run later), and
+// a Release may have ended it.
+func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
+	k.mu.Lock()
+	k.uncertain = true
+	if ttl > 0 {
+		k.retune(ttl)
+		if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
+			k.until = end
+		}
+	}
+	k.mu.Unlock()
+}
+
+// retune sets the TTL the heartbeat refreshes with, and tells the
+// heartbeat when it changed. k.mu is held.
+func (k *Lock) retune(ttl time.Duration) {
+	if k.kick != nil && ttl != k.ttl {
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
+	k.ttl = ttl
 }
 
 // end marks the Lock no longer held, for the reason err, unless it already
@@ -142,16 +174,21 @@ func (k *Lock) ended() error {
 	err := k.err
 	k.mu.Unlock()
 	if errors.Is(err, ErrReleased) {
-		return fmt.Errorf("%w: %w: %q (token %d)", ErrLockLost, ErrReleased, k.resource, k.token)
+		return fmt.Errorf("%w: %s (token %d)", ErrReleased, names.Quote(k.resource), k.token)
 	}
 	return err
 }
 
 // Refresh sets the lock's TTL to ttl from now, if this Lock still holds
-// it. Otherwise (the key expired, was deleted, or holds another owner's
-// value or a value of another type) it returns an error wrapping
-// ErrLockLost, changes nothing, and the Lock ends as lost. ttl must be at
-// least one millisecond. A heartbeat goes on with the new ttl.
+// it. When Redis answers that it does not (the key expired, was deleted,
+// or holds another owner's value or a value of another type) it returns
+// an error wrapping ErrLockLost, changes nothing, and the Lock ends as
+// lost. When the outcome is unknown (Redis unreachable, no answer before
+// ctx ended) the error wraps ErrUnavailable, the Lock is not ended, and it
+// counts as held only until the shorter of its last TTL and ttl, until a
+// Refresh succeeds. ttl must be at least one millisecond. A heartbeat goes
+// on with the new ttl. On a released Lock it returns an error wrapping
+// ErrReleased.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.check(); err != nil {
 		return err
@@ -165,8 +202,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	switch err := k.refresh(ctx, ttl); {
 	case err == errNotHeld:
-		return k.lost("refresh found the lock gone or taken")
+		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
+		k.unknown(sent, ttl)
 		return err
 	}
 	k.hold(sent, ttl)
@@ -179,37 +217,21 @@ var errNotHeld = errors.New("lock not held")
 
 // certain reports whether the Lock holds the lock for sure, by the local
 // clock: it was granted or refreshed for a TTL that has not nearly run out
-// (the heartbeat's rule), and nothing found it lost.
+// (the heartbeat's rule), nothing found it lost, and no Release or Refresh
+// since has had an unknown outcome.
 func (k *Lock) certain() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.err == nil && time.Since(k.base) < certainFor(k.ttl)
-}
-
-// settle waits until Redis has confirmed the handing over of the lock to
-// this Lock, if it was handed over before (see transfer), and returns
-// the error of a Lock that did not get it. Commands for the lock sent
-// before then could overtake the release that grants it.
-func (k *Lock) settle(ctx context.Context) error {
-	if k.transfer == nil {
-		return nil
-	}
-	select {
-	case <-k.transfer.done:
-		return k.ended()
-	case <-ctx.Done():
-		return fmt.Errorf("fencedlock: %q: waiting for the lock to be handed over: %w", k.resource, ctx.Err())
-	}
+	return k.err == nil && !k.uncertain && time.Now().Before(k.until)
 }
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	if err := k.settle(ctx); err != nil {
-		return err
-	}
-	n, err := refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
+	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		return refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
+	})
 	if err != nil {
-		return scriptErr("refresh", k.resource, err, k.keys[keyLock])
+		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
 	}
 	if n != 1 {
 		return errNotHeld
@@ -219,15 +241,22 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release releases the lock if this Lock still holds it: the first live
 // waiter queued for it gets it at once, with a fresh token, or else the
-// key is deleted. Otherwise it returns an error wrapping ErrLockLost and
-// changes nothing: a late Release never frees another owner's lock. A
-// Release after Release, or after the Lock ended as lost, sends nothing.
+// key is deleted. The Lock then ends, and Err returns ErrReleased.
+//
+// When Redis answers that the Lock no longer holds the lock, Release
+// returns an error wrapping ErrLockLost and changes nothing: a late
+// Release never frees another owner's lock. When the outcome is unknown
+// (Redis unreachable, no answer before ctx ended), the error wraps
+// ErrUnavailable, the Lock is not ended but no longer counts as certainly
+// held, and Release may be called again. A Release after Release sends
+// nothing and returns an error wrapping ErrReleased; after the Lock ended
+// as lost, its loss.
 //
 // Release stops the heartbeat first, even when it then fails: if Redis
-// could not be reached, the lock ends at the latest when its TTL runs out,
-// and Release may be called again. Release is bounded by ctx; to release
-// after ctx is done (in a deferred cleanup, say), pass a short detached
-// context: context.WithTimeout(context.WithoutCancel(ctx), time.Second).
+// could not be reached, the lock ends at the latest when its TTL runs out.
+// Release is bounded by ctx; to release after ctx is done (in a deferred
+// cleanup, say), pass a short detached context:
+// context.WithTimeout(context.WithoutCancel(ctx), time.Second).
 //
 // When the reply to a Release is lost and the client sends it again, the
 // second run finds the lock gone (or handed on) and Release reports
@@ -243,6 +272,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	defer k.releaseMu.Unlock()
 	k.mu.Lock()
 	err, stop := k.err, k.stop
+	if err == nil {
+		k.releasing = make(chan struct{})
+	}
 	k.mu.Unlock()
 	if err != nil {
 		return k.ended()
@@ -250,24 +282,22 @@ func (k *Lock) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
-	if err := k.settle(ctx); err != nil {
-		return err
-	}
-	// The next waiter of this Locker may get the lock now, before the
-	// release's answer: see transfer.
-	var tr *transfer
-	if ctx.Err() == nil {
-		tr = k.locker.handOver(k)
-	}
+	sent := time.Now()
 	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
-	if tr != nil {
-		k.locker.complete(tr, owner, token, err)
-	}
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
+	k.mu.Lock()
+	pending := k.pending
+	close(k.releasing)
+	k.releasing, k.pending = nil, nil
+	k.mu.Unlock()
 	switch {
 	case err != nil:
+		k.unknown(sent, 0)
+		if pending != nil {
+			k.end(pending)
+		}
 		return err
 	case !held:
 		return k.lost("release found the lock gone or taken")
@@ -280,12 +310,14 @@ func (k *Lock) Release(ctx context.Context) error {
 // whether the caller held the lock, and the owner and token of the waiter
 // the lock was handed to, if any (owner is "" if none).
 func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (bool, string, Token, error) {
-	res, err := releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS).Slice()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS).Slice()
+	})
 	if err != nil {
-		return false, "", 0, scriptErr("release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
+		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
 	if len(res) != 1 && len(res) != 3 {
-		return false, "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
+		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
 	held, _ := res[0].(int64)
 	if len(res) == 1 {
@@ -294,18 +326,16 @@ func (k *Lock) release(ctx context.Context, keys []string, entry string, markerM
 	owner, _ := res[1].(string)
 	token, err := tokenFromReply(res[2])
 	if err != nil || owner == "" {
-		return false, "", 0, fmt.Errorf("fencedlock: release %q: unexpected reply %v", k.resource, res)
+		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
 	return held == 1, owner, token, nil
 }
 
 // giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
-// leaves the queue if queued, releases (handing on) a lock granted to the attempt meanwhile,
-// and, with markerMS above zero, sets the attempt's abandon marker for that
-// long. It runs within a short timeout, even when ctx is done.
+// leaves the queue if queued, releases (handing on) a lock granted to the
+// attempt meanwhile, and, with markerMS above zero, sets the attempt's
+// abandon marker for that long. Callers run it through Locker.cleanUp.
 func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	entry, marker := "", any("")
 	if queued {
 		entry = k.owner.(string) + strconv.FormatInt(ms, 10)
@@ -321,9 +351,11 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 }
 
 // TTL returns the lock's remaining time to live in Redis, if this Lock
-// still holds it; otherwise an error wrapping ErrLockLost, and the Lock
-// ends as lost. It is a measurement, not a safety check: the lock can
-// expire right after it returns. Only the store's token check is safe.
+// still holds it. When Redis answers that it does not, it returns an
+// error wrapping ErrLockLost, and the Lock ends as lost; when Redis
+// cannot answer, an error wrapping ErrUnavailable. It is a measurement,
+// not a safety check: the lock can expire right after it returns. Only
+// the store's token check is safe.
 func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.check(); err != nil {
 		return 0, err
@@ -331,18 +363,17 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	if err := k.settle(ctx); err != nil {
-		return 0, err
-	}
-	ms, err := pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
+	ms, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		return pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
+	})
 	if err != nil {
-		return 0, scriptErr("ttl", k.resource, err, k.keys[keyLock])
+		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])
 	}
 	if ms == -3 {
-		return 0, k.lost("the lock is gone or taken")
+		return 0, k.notHeld(ctx, "the lock is gone or taken")
 	}
 	if ms < 0 {
-		return 0, fmt.Errorf("fencedlock: ttl %q: lock key has no expiry (pttl %d)", k.resource, ms)
+		return 0, fmt.Errorf("fencedlock: ttl %s: lock key has no expiry (pttl %d)", names.Quote(k.resource), ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -355,13 +386,43 @@ func (k *Lock) check() error {
 }
 
 // lost ends the Lock as lost, for the reason why, and returns the error it
-// ended with (an earlier end's, if it had already ended).
+// ended with (an earlier end's, if it had already ended). While a Release
+// runs, the Lock does not end: the loss is kept for the Release, which
+// ends the Lock as released if it released it (a Refresh or heartbeat
+// that raced it found the key it had just deleted), and as lost if not.
 func (k *Lock) lost(why string) error {
-	k.end(fmt.Errorf("%w: %q (token %d): %s", ErrLockLost, k.resource, k.token, why))
+	err := fmt.Errorf("%w: %s (token %d): %s", ErrLockLost, names.Quote(k.resource), k.token, why)
+	k.mu.Lock()
+	if k.releasing != nil && k.err == nil {
+		if k.pending == nil {
+			k.pending = err
+		}
+		k.mu.Unlock()
+		return err
+	}
+	k.mu.Unlock()
+	k.end(err)
 	if err := k.ended(); err != nil {
 		return err
 	}
 	return ErrLockLost
+}
+
+// notHeld is lost for a call that Redis answered that the Lock does not
+// hold the lock. When a Release is running, the answer may be its doing:
+// it waits for the Release (while ctx lasts) and returns ErrReleased if
+// it released the lock.
+func (k *Lock) notHeld(ctx context.Context, why string) error {
+	k.mu.Lock()
+	releasing := k.releasing
+	k.mu.Unlock()
+	if releasing != nil {
+		select {
+		case <-releasing:
+		case <-ctx.Done():
+		}
+	}
+	return k.lost(why)
 }
 
 // String describes the lock for logs: resource and token, not the owner
@@ -370,5 +431,5 @@ func (k *Lock) String() string {
 	if k == nil {
 		return "fencedlock.Lock(nil)"
 	}
-	return "fencedlock.Lock{" + strconv.Quote(k.resource) + " token " + k.token.String() + "}"
+	return "fencedlock.Lock{" + names.Quote(k.resource) + " token " + k.token.String() + "}"
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
 	"strings"
@@ -12,15 +13,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // DefaultPrefix is the key prefix a Locker and a RedisStore use unless
 // WithPrefix or WithStorePrefix sets another.
 const DefaultPrefix = "fencedlock"
-
-// cleanupTimeout bounds work that must happen after the caller's context is
-// done, such as releasing a lock whose grant reply was lost.
-const cleanupTimeout = time.Second
 
 // abandonMarkerTTL is how long, beyond the lock's TTL, the marker of an
 // abandoned acquire attempt refuses the attempt if it arrives late: longer
@@ -43,7 +42,9 @@ type Locker struct {
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
-	replicas *replicaWait // set by WithReplicas
+	replicas *replicaWait  // set by WithReplicas
+	logger   *slog.Logger  // set by WithLogger
+	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
 	mu      sync.Mutex             // guards the fields below
 	queues  map[string]*waitQueue  // local waiters by resource
@@ -51,7 +52,7 @@ type Locker struct {
 	sharded int8                   // 0: not known yet; 1: SSUBSCRIBE; -1: SUBSCRIBE
 }
 
-// Option configures a Locker in New: WithPrefix, WithReplicas. A nil
+// Option configures a Locker in New: WithPrefix, WithReplicas, WithLogger. A nil
 // Option is ignored.
 type Option func(*Locker)
 
@@ -73,7 +74,7 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix}
+	l := &Locker{client: client, prefix: DefaultPrefix, cleanups: make(chan struct{}, maxCleanups)}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
@@ -119,10 +120,21 @@ func keyFor(prefix, resource, kind string) string {
 	return prefix + ":{" + resource + "}:" + kind
 }
 
-// checkResource validates a resource name and the hash tag its keys get.
-func checkResource(prefix, resource string) error {
+// checkName validates the length of a resource name.
+func checkName(resource string) error {
 	if resource == "" {
 		return invalidArg("empty resource name")
+	}
+	if len(resource) > MaxResourceLen {
+		return invalidArg("resource name %s is longer than MaxResourceLen (%d bytes)", names.Quote(resource), MaxResourceLen)
+	}
+	return nil
+}
+
+// checkResource validates a resource name and the hash tag its keys get.
+func checkResource(prefix, resource string) error {
+	if err := checkName(resource); err != nil {
+		return err
 	}
 	// Redis Cluster hashes the text between the first "{" and the next
 	// "}" of a key. An empty tag makes it hash whole keys, which would put
@@ -130,10 +142,10 @@ func checkResource(prefix, resource string) error {
 	// prefix's, if it has one, else the one before the resource.
 	if i := strings.IndexByte(prefix, '{'); i >= 0 {
 		if i+1 < len(prefix) && prefix[i+1] == '}' {
-			return invalidArg("prefix %q gives keys an empty hash tag", prefix)
+			return invalidArg("prefix %s gives keys an empty hash tag", names.Quote(prefix))
 		}
 	} else if resource[0] == '}' {
-		return invalidArg("resource %q begins with \"}\", which gives its keys an empty hash tag", resource)
+		return invalidArg("resource %s begins with \"}\", which gives its keys an empty hash tag", names.Quote(resource))
 	}
 	return nil
 }
@@ -199,33 +211,27 @@ const (
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
 // to Redis. On success the Lock carries a fresh token, higher than every
-// token granted on resource before. When another owner holds the lock, or
-// it is free but promised to a waiter queued by Acquire, it returns an
-// error wrapping ErrNotAcquired.
+// token granted on resource before, and Redis has granted it: its answer
+// came back. When Redis answers that another owner holds the lock, or
+// that it is free but promised to a waiter queued by Acquire, it returns
+// an error wrapping ErrNotAcquired. When Redis cannot be reached, does not
+// answer before ctx ends, or answers with an error, the error wraps
+// ErrUnavailable and the cause (and ctx's error once ctx has ended). A
+// ctx done before the call sends nothing and returns an error wrapping
+// ErrNotAcquired and ctx's error, as Acquire does.
 //
 // ttl must be at least one millisecond; it is rounded down to whole
-// milliseconds. A done ctx returns its error at once. With WithReplicas,
-// a grant is returned only once replicas have confirmed it.
+// milliseconds. With WithReplicas, a grant is returned only once replicas
+// have confirmed it.
 //
-// A lost reply does not leave an orphaned lock. The script is idempotent
-// for its owner: when the client sends it again (go-redis retries after a
-// network error) a lock already granted to this attempt is returned again,
-// with its token. When no reply arrives at all (every retry failed, or ctx
-// ended while the command was in flight), TryAcquire returns the error and,
-// as a best effort within a short detached timeout, releases the lock the
-// attempt may have been granted (handing it to the next waiter, as Release
-// does) and leaves a marker that makes Redis refuse any copy of the
-// attempt still on its way. If that fails too, a
-// grant may stay locked until its TTL runs out, and the returned error
-// says so.
-//
-// One case is not covered: when the client sends the command again while
-// the first copy is held up in the network (go-redis does after
-// ReadTimeout), and the second copy finds the lock held, TryAcquire returns
-// ErrNotAcquired and sets no marker; should the first copy arrive after the
-// holder released, it locks the resource until ttl passes, with nobody
-// holding the Lock. Fencing is unaffected: no write carries that grant's
-// token.
+// An attempt whose answer never came (lost, or ctx ended first) leaves no
+// orphaned lock: TryAcquire releases the lock the attempt may have been
+// granted and leaves a marker that makes Redis refuse a copy of the
+// attempt still on its way, within a second of its own. It waits for that
+// cleanup while ctx lasts; past ctx it goes on in the background. The
+// error says how the cleanup went; if it failed, the grant may stay
+// locked until ttl runs out, with nobody holding it. See the package
+// documentation for the one case a marker does not cover.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -234,20 +240,20 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("fencedlock: acquire %q: %w", resource, err)
+	if err := ctxEnded(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), err)
 	}
 	lock, err := l.newLock(resource)
 	if err != nil {
 		return nil, err
 	}
 	sent := time.Now()
-	granted, _, err := l.attempt(ctx, lock, ms, 0)
+	granted, _, err := l.attempt(ctx, lock, ms, 0, false)
 	if err != nil {
 		return nil, err
 	}
 	if !granted {
-		return nil, fmt.Errorf("%w: %q is held by another owner or promised to a waiter", ErrNotAcquired, resource)
+		return nil, fmt.Errorf("%w: %s is held by another owner or promised to a waiter", ErrNotAcquired, names.Quote(resource))
 	}
 	lock.hold(sent, ttl)
 	if err := l.replicate(ctx, lock, ttl); err != nil {
@@ -260,46 +266,55 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 // granted it sets lock's token and reports true; when not, it reports
 // what the refusal said. life is 0 for a single attempt; for a waiter, it
 // is how long its place in the queue lasts without another attempt.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, refusal, error) {
+// refused says that an earlier attempt of the same wait was refused: if
+// ctx ends before this one's answer, the last answer still says that the
+// lock is held, and the error wraps ErrNotAcquired rather than
+// ErrUnavailable.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration, refused bool) (bool, refusal, error) {
 	var lifeArg any = ""
 	if life > 0 {
 		lifeArg = life.Milliseconds()
 	}
-	res, err := acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg).Slice()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg).Slice()
+	})
 	if err != nil {
-		err = scriptErr("acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
-		if !isServerError(err) {
+		rerr := redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
+		if cerr := ctxEnded(ctx); refused && cerr != nil && !isServerError(err) {
+			rerr = fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(lock.resource), cerr)
+		}
+		if !isServerError(err) && !unsent(err) {
 			// The grant may have happened with its reply lost, or the
 			// request may still be on its way: free the lock, or mark the
 			// attempt abandoned so that the script refuses it on arrival.
 			// At most the longest time.Duration: ms came from one.
 			markerMS := min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
-			if cerr := lock.giveUp(ctx, ms, life > 0, markerMS); cerr != nil {
-				err = fmt.Errorf("%w (releasing the grant the lost reply may have carried failed too, so it may stay locked until its TTL ends: %v)", err, cerr)
-			}
+			cerr := l.cleanUp(ctx, lock.resource, "give up acquire", func(ctx context.Context) error {
+				return lock.giveUp(ctx, ms, life > 0, markerMS)
+			})
+			rerr = cleanupErr(rerr, "releasing the grant the lost reply may have carried", "it may stay locked until its TTL ends", cerr)
 		}
-		return false, refusal{}, err
+		return false, refusal{}, rerr
 	}
 	if len(res) < 2 {
-		return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: unexpected reply %v", lock.resource, res)
+		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: unexpected reply %v", names.Quote(lock.resource), res)
 	}
 	if ok, _ := res[0].(int64); ok != 1 {
 		left, _ := res[1].(int64)
 		if left == -3 {
-			return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: attempt was abandoned", lock.resource)
+			return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: attempt was abandoned", names.Quote(lock.resource))
 		}
 		r := refusal{wait: time.Duration(left) * time.Millisecond}
-		if len(res) == 4 {
-			// Unparsable values (a counter of another type) stay 0: no
-			// floor, no reservation.
+		if len(res) >= 3 {
+			// An unparsable value (a counter of another type) stays 0:
+			// no floor.
 			r.floor, _ = tokenFromReply(res[2])
-			r.reserved, _ = tokenFromReply(res[3])
 		}
 		return false, r, nil
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
-		return false, refusal{}, fmt.Errorf("fencedlock: acquire %q: %w", lock.resource, err)
+		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: %w", names.Quote(lock.resource), err)
 	}
 	lock.token = token
 	return true, refusal{}, nil
@@ -314,9 +329,6 @@ type refusal struct {
 	// floor is the token counter before the attempt ran: every grant made
 	// before has a token at or below it.
 	floor Token
-	// reserved is the token reserved for the waiter, first in the queue,
-	// or 0.
-	reserved Token
 }
 
 // tokenFromReply converts a token from a script reply: an integer, or a
@@ -358,10 +370,13 @@ func (l *Locker) Advance(ctx context.Context, resource string, floor Token) erro
 // whose counter it is, for errors.
 func (l *Locker) advance(ctx context.Context, what, name, key string, floor Token) error {
 	if floor == 0 || floor > maxFloor {
-		return fmt.Errorf("%w: floor %d for %s %q is outside 1..%d", ErrInvalidToken, floor, what, name, uint64(maxFloor))
+		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	if err := advanceScript.Run(ctx, l.client, []string{key}, floor.String()).Err(); err != nil {
-		return scriptErr("advance", name, err, key)
+	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		return advanceScript.Run(ctx, l.client, []string{key}, floor.String()).Result()
+	})
+	if err != nil {
+		return redisErr(ctx, "advance", name, err, key)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package fencedlock
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,23 +17,36 @@ var subscriptionLinger = time.Second
 // waiters (on Redis Cluster with sharded pub/sub, by the waiters whose
 // resources hash to one slot). It lives while a channel is subscribed.
 //
-// Its subscribe and unsubscribe commands go out in the order the Locker
-// decided on them, under the Locker's mu, but are sent without holding
-// it: each takes a ticket under the Locker's mu and waits for its turn.
+// One goroutine owns the connection (see serve): waiters never send on it
+// themselves, so that a slow or stalled Redis holds up no waiter, only
+// the subscriptions, which waiters do not wait for beyond their ctx and
+// their fallback timer. Requests reach it in the order the Locker decided
+// on them, under the Locker's mu.
 type subscriber struct {
 	l        *Locker
 	group    uint16
 	sharded  bool
 	cluster  bool
 	channels map[string]*waitQueue // guarded by l.mu
-	tickets  uint64                // guarded by l.mu: tickets handed out
-
-	mu      sync.Mutex // guards the fields below; held while a command is sent
-	turn    sync.Cond  // signalled when serving changes
-	serving uint64     // the ticket whose command goes next
-	ps      *redis.PubSub
-	closed  bool
+	todo     []subRequest          // guarded by l.mu: requests not yet taken by serve
+	wake     chan struct{}         // tells serve that todo has requests
 }
+
+// subRequest is a request to a subscriber's goroutine: subscribe to
+// channel, unsubscribe from it, or close the connection for good.
+type subRequest struct {
+	channel string
+	op      subOp
+}
+
+// subOp is what a subRequest asks for.
+type subOp int8
+
+const (
+	opSubscribe subOp = iota
+	opUnsubscribe
+	opClose
+)
 
 // subscribe makes sure that q's channel is subscribed, and returns a
 // channel closed once the subscription is confirmed; nil when it is
@@ -58,6 +70,7 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 			return pending(ready)
 		}
 	}
+	defer l.mu.Unlock()
 	_, cluster := l.client.(*redis.ClusterClient)
 	var group uint16
 	if cluster && mode > 0 {
@@ -68,63 +81,79 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	}
 	s := l.subs[group]
 	if s == nil {
-		s = &subscriber{l: l, group: group, sharded: mode > 0, cluster: cluster, channels: make(map[string]*waitQueue)}
-		s.turn.L = &s.mu
+		s = &subscriber{l: l, group: group, sharded: mode > 0, cluster: cluster, channels: make(map[string]*waitQueue), wake: make(chan struct{}, 1)}
 		l.subs[group] = s
+		go s.serve()
 	}
 	s.channels[q.channel] = q
 	q.sub = s
 	q.ready = make(chan struct{})
-	ready := q.ready
-	ticket := s.tickets
-	s.tickets++
-	l.mu.Unlock()
-	s.send(ticket, func() {
-		if s.ps == nil {
-			s.open(q.channel)
-			return
-		}
-		// An error here is a broken connection: the client connects
-		// again and subscribes to every channel it was asked for.
-		if s.sharded {
-			_ = s.ps.SSubscribe(context.Background(), q.channel)
-		} else {
-			_ = s.ps.Subscribe(context.Background(), q.channel)
-		}
-	})
-	return ready
+	s.request(subRequest{q.channel, opSubscribe})
+	return q.ready
 }
 
-// send runs fn, which sends a command, in the turn of ticket.
-func (s *subscriber) send(ticket uint64, fn func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.serving != ticket {
-		s.turn.Wait()
+// request queues r for the subscriber's goroutine. The Locker's mu is
+// held.
+func (s *subscriber) request(r subRequest) {
+	s.todo = append(s.todo, r)
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
-	if !s.closed {
-		fn()
+}
+
+// serve is the subscriber's goroutine: it sends the requests queued for
+// it, in order, until it has closed the connection. An error from a
+// subscribe or unsubscribe is a broken connection: the client connects
+// again and subscribes to every channel it was asked for.
+func (s *subscriber) serve() {
+	ctx := context.Background()
+	var ps *redis.PubSub
+	for range s.wake {
+		s.l.mu.Lock()
+		todo := s.todo
+		s.todo = nil
+		s.l.mu.Unlock()
+		for _, r := range todo {
+			switch {
+			case r.op == opClose:
+				if ps != nil {
+					_ = ps.Close()
+				}
+				return
+			case ps == nil && r.op == opSubscribe:
+				ps = s.open(ctx, r.channel)
+			case ps == nil:
+			case r.op == opSubscribe && s.sharded:
+				_ = ps.SSubscribe(ctx, r.channel)
+			case r.op == opSubscribe:
+				_ = ps.Subscribe(ctx, r.channel)
+			case s.sharded:
+				_ = ps.SUnsubscribe(ctx, r.channel)
+			default:
+				_ = ps.Unsubscribe(ctx, r.channel)
+			}
+		}
 	}
-	s.serving++
-	s.turn.Broadcast()
 }
 
 // open makes the subscriber's connection, subscribed to channel, and
-// starts dispatching what it receives. s.mu is held.
-func (s *subscriber) open(channel string) {
-	ctx := context.Background()
+// starts dispatching what it receives.
+func (s *subscriber) open(ctx context.Context, channel string) *redis.PubSub {
+	var ps *redis.PubSub
 	if !s.sharded {
-		s.ps = s.l.client.Subscribe(ctx, channel)
+		ps = s.l.client.Subscribe(ctx, channel)
 	} else {
-		s.ps = s.l.client.SSubscribe(ctx, channel)
+		ps = s.l.client.SSubscribe(ctx, channel)
 		if s.cluster {
 			// When it reconnects, the client picks the node by the
 			// classic channels alone: one of this slot's keeps it on the
 			// node that serves the slot. Nothing is published on it.
-			_ = s.ps.Subscribe(ctx, channel)
+			_ = ps.Subscribe(ctx, channel)
 		}
 	}
-	go s.run(s.ps.ChannelWithSubscriptions())
+	go s.run(ps.ChannelWithSubscriptions())
+	return ps
 }
 
 // pending returns ready if it is still open, else nil.
@@ -141,7 +170,9 @@ func pending(ready chan struct{}) <-chan struct{} {
 // which the scripts use where they can, and remembers it: it returns 1 if
 // so, -1 if not, 0 if Redis could not tell (it is asked again next time).
 func (l *Locker) probe(ctx context.Context) int8 {
-	err := l.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Err()
+	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		return l.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Result()
+	})
 	var mode int8
 	switch {
 	case err == nil:
@@ -216,8 +247,8 @@ func (l *Locker) published(s *subscriber, channel, owner string, token Token) {
 // subscriber closes it.
 func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if q.idle == nil || q.idleGen != gen || len(q.waiters) > 0 {
-		l.mu.Unlock()
 		return
 	}
 	q.idle = nil
@@ -226,24 +257,12 @@ func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 	}
 	s := q.sub
 	delete(s.channels, q.channel)
-	last := len(s.channels) == 0
-	if last {
+	if len(s.channels) == 0 {
 		delete(l.subs, s.group)
+		s.request(subRequest{op: opClose})
+		return
 	}
-	ticket := s.tickets
-	s.tickets++
-	l.mu.Unlock()
-	s.send(ticket, func() {
-		switch {
-		case last:
-			s.closed = true
-			_ = s.ps.Close()
-		case s.sharded:
-			_ = s.ps.SUnsubscribe(context.Background(), q.channel)
-		default:
-			_ = s.ps.Unsubscribe(context.Background(), q.channel)
-		}
-	})
+	s.request(subRequest{q.channel, opUnsubscribe})
 }
 
 // hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of

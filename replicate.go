@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // WithReplicas makes every acquire of the Locker wait, once its lock is
@@ -51,9 +53,9 @@ import (
 // would wait forever), and the Locker's client a *redis.Client (a single
 // node or a Sentinel failover client) or a *redis.ClusterClient, whose
 // WAIT goes to the master of the lock's hash slot. Otherwise every method
-// of the Locker returns an error wrapping ErrInvalidArgument. go-redis
-// ends a WAIT early only at a ctx deadline, and only for a client made with
-// ContextTimeoutEnabled; a cancelled ctx does not stop it.
+// of the Locker returns an error wrapping ErrInvalidArgument. An acquire
+// returns when its ctx ends, even during the WAIT; the WAIT itself ends on
+// the server after timeout, and the grant is released in the background.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(l *Locker) {
 		l.replicas = &replicaWait{n: n, timeout: timeout}
@@ -97,12 +99,13 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if rerr := k.Release(rctx); rerr != nil && k.Err() == nil {
-		err = fmt.Errorf("%w (releasing the grant failed too, so it may stay locked until its TTL ends: %v)", err, rerr)
-	}
-	return err
+	cerr := l.cleanUp(ctx, k.resource, "release an unconfirmed grant", func(ctx context.Context) error {
+		if err := k.Release(ctx); err != nil && k.Err() == nil {
+			return err
+		}
+		return nil
+	})
+	return cleanupErr(err, "releasing the grant", "it may stay locked until its TTL ends", cerr)
 }
 
 // replicaAcks refreshes k, then sends WAIT on the same connection, and
@@ -114,10 +117,18 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	w := l.replicas
-	if err := k.settle(ctx); err != nil {
-		return err
+	_, err := bounded(ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
+	})
+	if err != nil && errors.Is(err, ctx.Err()) {
+		return redisErr(ctx, "acquire", k.resource, err)
 	}
+	return err
+}
+
+// replicaAcksOnce is replicaAcks without its bound.
+func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration) error {
+	w := l.replicas
 	var node *redis.Client
 	switch c := l.client.(type) {
 	case *redis.Client:
@@ -125,7 +136,7 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) er
 	case *redis.ClusterClient:
 		var err error
 		if node, err = c.MasterForKey(ctx, k.keys[keyLock]); err != nil {
-			return fmt.Errorf("fencedlock: acquire %q: finding the master of its slot: %w", k.resource, err)
+			return fmt.Errorf("%w: acquire %s: finding the master of its slot: %w", ErrUnavailable, names.Quote(k.resource), err)
 		}
 	default: // New refused other clients
 		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
@@ -135,7 +146,7 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) er
 	sent := time.Now()
 	n, err := refreshScript.Run(ctx, conn, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return scriptErr("acquire", k.resource, err, k.keys[keyLock])
+		return redisErr(ctx, "acquire", k.resource, err, k.keys[keyLock])
 	}
 	if n != 1 {
 		return k.lost("the grant ended before its replicas were asked to confirm it")
@@ -147,11 +158,11 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) er
 	got, err := conn.Wait(ctx, w.n, limit).Result()
 	switch {
 	case err != nil:
-		return fmt.Errorf("fencedlock: acquire %q: WAIT for %d replicas: %w", k.resource, w.n, err)
+		return redisErr(ctx, fmt.Sprintf("acquire (WAIT for %d replicas)", w.n), k.resource, err)
 	case int(got) < w.n:
-		return fmt.Errorf("%w: %q: %d of %d replicas confirmed the grant of token %d within %v", ErrNotReplicated, k.resource, got, w.n, k.token, limit)
+		return fmt.Errorf("%w: %s: %d of %d replicas confirmed the grant of token %d within %v", ErrNotReplicated, names.Quote(k.resource), got, w.n, k.token, limit)
 	case !k.certain():
-		return fmt.Errorf("%w: %q: the replicas confirmed the grant of token %d after its TTL of %v had nearly run out", ErrNotReplicated, k.resource, k.token, ttl)
+		return fmt.Errorf("%w: %s: the replicas confirmed the grant of token %d after its TTL of %v had nearly run out", ErrNotReplicated, names.Quote(k.resource), k.token, ttl)
 	}
 	return nil
 }

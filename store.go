@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // Store is a resource protected by fencing tokens. Every write carries the
@@ -19,10 +21,12 @@ type Store interface {
 	// the token stored with the resource's current value, and stores token
 	// next to it in the same atomic step. A lower token returns a
 	// *StaleTokenError and changes nothing; so do a zero token (an error
-	// wrapping ErrInvalidToken) and an empty resource (ErrInvalidArgument).
+	// wrapping ErrInvalidToken) and an empty resource or one longer than
+	// MaxResourceLen (ErrInvalidArgument).
 	//
-	// After any other error (the network, ctx ending) the write may or may
-	// not have happened. Putting the same value with the same token again
+	// When the store's backend cannot be reached or does not answer before
+	// ctx ends, the error wraps ErrUnavailable. After such an error the
+	// write may or may not have happened. Putting the same value with the same token again
 	// is safe: an equal token passes. For the same reason a Put that the
 	// client sent again after a lost reply can return a *StaleTokenError
 	// although its first delivery was stored before a newer writer's: make
@@ -56,8 +60,8 @@ func NewMemoryStore() *MemoryStore {
 
 // Put implements Store. It keeps a copy of value.
 func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
-	if resource == "" {
-		return invalidArg("empty resource name")
+	if err := checkName(resource); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -76,8 +80,8 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 
 // Get implements Store. It returns a copy of the value.
 func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
-	if resource == "" {
-		return nil, 0, invalidArg("empty resource name")
+	if err := checkName(resource); err != nil {
+		return nil, 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
@@ -86,7 +90,7 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 	e, ok := s.data[resource]
 	s.mu.Unlock()
 	if !ok {
-		return nil, 0, fmt.Errorf("%w: %q", ErrNotFound, resource)
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, names.Quote(resource))
 	}
 	return append([]byte{}, e.value...), e.token, nil
 }
@@ -161,12 +165,14 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return err
 	}
 	if token == 0 || token > MaxRedisStoreToken {
-		return fmt.Errorf("%w: token %d for resource %q is outside 1..2^53-1", ErrInvalidToken, token, resource)
+		return fmt.Errorf("%w: token %d for resource %s is outside 1..2^53-1", ErrInvalidToken, token, names.Quote(resource))
 	}
 	key := s.Key(resource)
-	res, err := putScript.Run(ctx, s.client, []string{key}, token.String(), value).Slice()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return putScript.Run(ctx, s.client, []string{key}, token.String(), value).Slice()
+	})
 	if err != nil {
-		return scriptErr("put", resource, err, key)
+		return redisErr(ctx, "put", resource, err, key)
 	}
 	if len(res) == 1 {
 		if n, _ := res[0].(int64); n == 1 {
@@ -174,18 +180,18 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		}
 	}
 	if len(res) != 2 {
-		return fmt.Errorf("fencedlock: put %q: unexpected reply %v", resource, res)
+		return fmt.Errorf("fencedlock: put %s: unexpected reply %v", names.Quote(resource), res)
 	}
 	s2, _ := res[1].(string)
 	current, err := ParseToken(s2)
 	if err != nil {
-		return fmt.Errorf("fencedlock: put %q: stored token: %w", resource, err)
+		return fmt.Errorf("fencedlock: put %s: stored token: %w", names.Quote(resource), err)
 	}
 	// The script applied the rule; CheckToken builds the error it gives.
 	if err := CheckToken(resource, token, current); err != nil {
 		return err
 	}
-	return fmt.Errorf("fencedlock: put %q: script refused token %d against stored %d", resource, token, current)
+	return fmt.Errorf("fencedlock: put %s: script refused token %d against stored %d", names.Quote(resource), token, current)
 }
 
 // Get implements Store in one round trip.
@@ -194,17 +200,19 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, err
 	}
 	key := s.Key(resource)
-	res, err := s.client.HMGet(ctx, key, "t", "v").Result()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return s.client.HMGet(ctx, key, "t", "v").Result()
+	})
 	if err != nil {
-		return nil, 0, scriptErr("get", resource, err, key)
+		return nil, 0, redisErr(ctx, "get", resource, err, key)
 	}
 	ts, ok := res[0].(string)
 	if !ok {
-		return nil, 0, fmt.Errorf("%w: %q", ErrNotFound, resource)
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, names.Quote(resource))
 	}
 	token, err := ParseToken(ts)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: get %q: key %s holds token %q", ErrCorrupt, resource, key, ts)
+		return nil, 0, fmt.Errorf("%w: get %s: key %s holds token %q", ErrCorrupt, names.Quote(resource), names.Quote(key), ts)
 	}
 	v, _ := res[1].(string)
 	return []byte(v), token, nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // AcquireOption configures one call of Acquire.
@@ -42,36 +44,28 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 
 // Acquire locks resource for ttl, waiting while another owner holds it,
 // until it gets the lock or ctx is done. On success the Lock carries a
-// fresh token, higher than every token granted on resource before. When
-// ctx ends first it returns an error that wraps both ErrNotAcquired and
-// ctx.Err(). Errors other than a held lock (a Redis failure, bad input)
-// end the wait at once.
+// fresh token, higher than every token granted on resource before, and
+// Redis has granted it: its answer (the reply to an attempt, or the grant
+// message of a release) came back. No Lock is ever returned on the
+// strength of a local belief.
+//
+// When ctx ends while the last answer from Redis said that another owner
+// holds the lock, the error wraps both ErrNotAcquired and ctx.Err(). When
+// Redis cannot be reached, answers with an error, or does not answer the
+// first attempt before ctx ends, the wait ends with an error wrapping
+// ErrUnavailable and the cause. Bad input is ErrInvalidArgument, at once.
+// A waiter that gives up leaves the queue, passing on a lock handed to it
+// meanwhile; when ctx has ended, that cleanup finishes in the background
+// (see TryAcquire).
 //
 // Waiting is first come, first served, and costs Redis little while the
-// lock is held: one renewal of the waiter's place per process every third
-// of the TTL or every second, whichever is sooner (see WithRetryDelay).
-// The goroutines of one Locker waiting for one resource queue in the
-// process, and only the first of them queues in Redis, where waiters of
-// every process queue in order of arrival. Release hands the lock to the
-// first live waiter in that queue, with a fresh token, in the same script,
-// and publishes the grant on the resource's channel; the Locker's one
-// subscription (one per Redis Cluster hash slot in use) wakes the waiter.
-// The first waiter has a token reserved: a holder whose next waiter is in
-// its own Locker, and whose own lease is certain by the local clock, hands
-// it the lock at once, before the release's reply comes back, and the new
-// Lock's commands wait until Redis has confirmed the grant (the Lock ends
-// as lost if Redis does not). A waiter that gives
-// up leaves the queue, passing on a lock handed to it meanwhile. A waiter
-// whose process dies keeps its place until its TTL (at least 100ms) runs
-// out unrenewed: like a holder that crashes, it delays the others by at
-// most one TTL. TryAcquire, too, does not take a free lock that is
-// promised to a waiter.
-//
-// A timer bounded by the holder's remaining TTL covers a crashed holder
-// and a lost message: see WithRetryDelay. With WithHeartbeat, the Lock is
-// refreshed until released or lost. With the Locker's WithReplicas, a
-// grant is returned only once replicas have confirmed it, and a grant they
-// do not confirm ends the wait with ErrNotReplicated.
+// lock is held: the release hands the lock to the first waiter and wakes
+// it, and a timer covers a crashed holder or a lost message (see
+// WithRetryDelay). The package documentation tells how. With
+// WithHeartbeat, the Lock is refreshed until released or lost. With the
+// Locker's WithReplicas, a grant is returned only once replicas have
+// confirmed it, and a grant they do not confirm ends the wait with
+// ErrNotReplicated.
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
@@ -94,8 +88,8 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 			return nil, err
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
+	if err := ctxEnded(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), err)
 	}
 	lock, err := l.newLock(resource)
 	if err != nil {
@@ -107,7 +101,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		select {
 		case <-ctx.Done():
 			l.leave(q, w)
-			return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, ctx.Err())
+			return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), ctx.Err())
 		case <-w.wake:
 		}
 	}
@@ -126,15 +120,14 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	return lock, nil
 }
 
-// waiter is a goroutine in Acquire.
+// waiter is a goroutine in Acquire. Its fields past wake are guarded by
+// the Locker's mu.
 type waiter struct {
-	lock     *Lock
-	ms       int64         // the TTL it asked for, in milliseconds
-	wake     chan struct{} // a nudge: first in the local queue now, or look again
-	granted  Token         // nonzero once a release handed it the lock with this token
-	transfer *transfer     // the handing over of granted, when not yet confirmed
-	floor    Token         // every grant made before its last refused attempt has a token at or below it
-	reserved Token         // the token reserved for it, first in the Redis queue, or 0
+	lock    *Lock
+	ms      int64         // the TTL it asked for, in milliseconds
+	wake    chan struct{} // a nudge: first in the local queue now, or look again
+	granted Token         // nonzero once a release handed it the lock with this token
+	floor   Token         // every grant made before its last refused attempt has a token at or below it
 }
 
 // waitQueue holds a Locker's waiters for one resource, first come first
@@ -148,7 +141,6 @@ type waitQueue struct {
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
 	idleGen  uint64        // tells the idle timer of now from earlier ones
-	transfer *transfer     // the last handing over of the lock to one of waiters
 }
 
 // nudge wakes w unless a nudge is pending already.
@@ -225,7 +217,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		}
 	}()
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := ctxEnded(ctx); err != nil {
 			return time.Time{}, l.quit(ctx, q, w, ms, !refused.IsZero())
 		}
 		// A grant handed over by a release came after the refused attempt
@@ -233,11 +225,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		// at least until refused+ttl. One that came too late to be sure
 		// the lock is still there is checked by the attempt below: its
 		// script returns the grant, renewed, if it is still this waiter's.
-		fresh := time.Since(refused) < certainFor(ttl)
-		if t, tr := l.takeGrant(w); tr != nil && fresh {
-			l.take(tr)
-			return refused, nil
-		} else if t != 0 && tr == nil && fresh {
+		if t := l.takeGrant(w); t != 0 && time.Since(refused) < certainFor(ttl) {
 			w.lock.token = t
 			return refused, nil
 		}
@@ -245,19 +233,17 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		case <-w.wake:
 		default:
 		}
-		if err := l.awaitTransfer(ctx, q); err != nil {
-			continue // ctx is done
-		}
 		sent := time.Now()
-		granted, r, err := l.attempt(ctx, w.lock, ms, life)
+		granted, r, err := l.attempt(ctx, w.lock, ms, life, !refused.IsZero())
 		if err != nil {
 			if !refused.IsZero() && isServerError(err) {
 				// An error reply (OOM, READONLY during a failover...):
 				// leave the queue, or the lock would be handed to a waiter
 				// that has gone.
-				if cerr := w.lock.giveUp(ctx, ms, true, 0); cerr != nil {
-					err = fmt.Errorf("%w (leaving the queue failed too: %v)", err, cerr)
-				}
+				cerr := l.cleanUp(ctx, w.lock.resource, "leave the queue", func(ctx context.Context) error {
+					return w.lock.giveUp(ctx, ms, true, 0)
+				})
+				err = cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
 			}
 			return time.Time{}, acquireErr(ctx, err)
 		}
@@ -295,177 +281,62 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 	}
 }
 
-// acquireErr is the error of an attempt that failed while waiting: when
-// ctx ended, it says so with both sentinels, keeping the attempt's error,
-// which may report a failed cleanup.
+// acquireErr is the error of a wait that failed: when ctx ended, it wraps
+// ctx's error too. The attempt's error says whether Redis answered; it
+// may report a failed cleanup.
 func acquireErr(ctx context.Context, err error) error {
 	ctxErr := ctxEnded(ctx)
-	switch {
-	case ctxErr == nil:
-		return err
-	case errors.Is(err, ctxErr):
-		return fmt.Errorf("%w: %w", ErrNotAcquired, err)
-	default:
-		return fmt.Errorf("%w: %w: %w", ErrNotAcquired, ctxErr, err)
-	}
-}
-
-// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
-// deadline has passed although its timer has not fired yet: a read
-// deadline that go-redis took from ctx (ContextTimeoutEnabled) can end a
-// command first.
-func ctxEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	if ctxErr == nil || errors.Is(err, ctxErr) {
 		return err
 	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
+	return fmt.Errorf("%w: %w", err, ctxErr)
 }
 
 // quit ends the wait of w when ctx is done: out of the local queue, and,
 // if it was queued in Redis, out of the Redis queue, passing on a lock
-// handed to it meanwhile.
+// handed to it meanwhile. The last answer from Redis said the lock was
+// held: the error wraps ErrNotAcquired and ctx's error.
 func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
 	l.leave(q, w)
-	err := fmt.Errorf("%w: %q: %w", ErrNotAcquired, w.lock.resource, ctx.Err())
-	if t, _ := l.takeGrant(w); !queued && t == 0 {
+	err := fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(w.lock.resource), ctxEnded(ctx))
+	if t := l.takeGrant(w); !queued && t == 0 {
 		return err
 	}
-	if cerr := w.lock.giveUp(ctx, ms, true, 0); cerr != nil {
-		return fmt.Errorf("%w (leaving the queue failed too, so a lock handed to this waiter may stay locked until its TTL ends: %v)", err, cerr)
-	}
-	return err
+	cerr := l.cleanUp(ctx, w.lock.resource, "leave the queue", func(ctx context.Context) error {
+		return w.lock.giveUp(ctx, ms, true, 0)
+	})
+	return cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
 }
 
 // takeGrant returns the token of the grant a release handed w, or 0, and
-// forgets it, with the transfer that hands it over if it is not confirmed
-// yet. A late grant (see waiter.late) is not returned: its message came
-// after the grant had ended.
-func (l *Locker) takeGrant(w *waiter) (Token, *transfer) {
+// forgets it. A late grant (see waiter.late) is not returned: its message
+// came after the grant had ended.
+func (l *Locker) takeGrant(w *waiter) Token {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t, tr := w.granted, w.transfer
-	w.granted, w.transfer = 0, nil
+	t := w.granted
+	w.granted = 0
 	if w.late(t) {
-		return 0, nil
+		return 0
 	}
-	return t, tr
+	return t
 }
 
 // late reports whether a grant with token t was made before w's last
 // refused attempt ran (t is at or below its floor), so has ended since.
-// The token reserved for w is the exception: it is granted to w alone,
-// after the reservation. The Locker's mu is held.
-func (w *waiter) late(t Token) bool { return t <= w.floor && t != w.reserved }
+// The Locker's mu is held.
+func (w *waiter) late(t Token) bool { return t <= w.floor }
 
 // refused records what w's last refused attempt learned.
 func (l *Locker) refused(w *waiter, r refusal) {
 	l.mu.Lock()
-	w.floor, w.reserved = r.floor, r.reserved
+	w.floor = r.floor
 	l.mu.Unlock()
-}
-
-// transfer is a lock handed by its holder to the next waiter of the same
-// Locker before Redis confirmed it: the waiter holds the lock from the
-// moment it takes it, with the token reserved for it, while the release
-// that grants it in Redis is on its way. The holder hands over only while
-// its own lease is certain (see handOver), so the release finds it holding
-// the lock and grants it to that waiter, first in the queue. done is
-// closed once the release has answered; if it did not grant the lock to
-// the waiter, a waiter that took it ends as lost, and leaves the queue in
-// Redis, passing on a lock granted to it after all; one that had not
-// taken it goes on waiting.
-type transfer struct {
-	w     *waiter
-	token Token // reserved for w
-	taken bool  // guarded by the Locker's mu
-	done  chan struct{}
-}
-
-// handOver hands the lock on resource, which holder is about to release,
-// to the first local waiter if the release will grant it to that waiter:
-// the waiter is first in the Redis queue with a token reserved, and
-// holder's lease is certain (it was granted or refreshed for a TTL that
-// has not nearly run out, by the local clock; a holder that does not know
-// whether it holds the lock hands nothing over). It returns the transfer
-// to complete with the release's answer, or nil.
-func (l *Locker) handOver(holder *Lock) *transfer {
-	if !holder.certain() {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.queues[holder.resource]
-	if q == nil || len(q.waiters) == 0 {
-		return nil
-	}
-	w := q.waiters[0]
-	if w.reserved == 0 || w.granted != 0 {
-		return nil
-	}
-	tr := &transfer{w: w, token: w.reserved, done: make(chan struct{})}
-	w.granted, w.transfer = w.reserved, tr
-	q.transfer = tr
-	w.nudge()
-	return tr
-}
-
-// take gives the waiter the lock handed over by tr.
-func (l *Locker) take(tr *transfer) {
-	l.mu.Lock()
-	tr.taken = true
-	tr.w.lock.token = tr.token
-	tr.w.lock.transfer = tr
-	l.mu.Unlock()
-}
-
-// complete ends tr with the answer of the release: the owner and token of
-// the waiter it handed the lock to, or err.
-func (l *Locker) complete(tr *transfer, owner string, token Token, err error) {
-	defer close(tr.done)
-	lock := tr.w.lock
-	if err == nil && owner == lock.owner.(string) && token == tr.token {
-		return
-	}
-	l.mu.Lock()
-	taken := tr.taken
-	if !taken && tr.w.transfer == tr {
-		tr.w.granted, tr.w.transfer = 0, nil
-	}
-	l.mu.Unlock()
-	if !taken {
-		return // the waiter goes on waiting: see contend
-	}
-	if err == nil {
-		err = errors.New("the lock went to another waiter, or to none")
-	}
-	lock.lost(fmt.Sprintf("the holder's release did not hand the lock over: %v", err))
-	_ = lock.giveUp(context.Background(), tr.w.ms, true, 0)
-}
-
-// awaitTransfer waits until the transfer of the lock to the waiter before
-// this one in q, if any, has been answered: until then, Redis does not
-// know that waiter holds the lock, and this one's attempt would queue
-// behind it. It returns ctx's error if ctx ends first.
-func (l *Locker) awaitTransfer(ctx context.Context, q *waitQueue) error {
-	l.mu.Lock()
-	tr := q.transfer
-	l.mu.Unlock()
-	if tr == nil {
-		return nil
-	}
-	select {
-	case <-tr.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // handedOn delivers the grant of a release to owner, the first local
-// waiter for resource, if it is one of this Locker's.
+// waiter for resource, if it is one of this Locker's: the release's reply
+// (when this Locker released) or its published message carried it.
 func (l *Locker) handedOn(resource, owner string, token Token) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -72,14 +72,14 @@ func ltEventually(t *testing.T, cond func() bool, what string) {
 }
 
 // ltAwaitQueued waits until the one waiter for resource is queued in
-// Redis, its Locker subscribed, and the waiter has heard of the token
-// reserved for it (a holder hands over only then), then a little longer
-// for the attempt the waiter makes once the subscription is confirmed.
+// Redis, its Locker subscribed, and the waiter has heard its refusal,
+// then a little longer for the attempt the waiter makes once the
+// subscription is confirmed.
 func ltAwaitQueued(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) {
 	t.Helper()
 	ltEventually(t, func() bool {
-		return ltQueued(t, b, l, resource) == 1 && ltSubscribers(t, b, l, resource) == 1 && l.Reserved(resource) != 0
-	}, "the waiter for "+resource+" to queue, subscribe and hear of its reservation")
+		return ltQueued(t, b, l, resource) == 1 && ltSubscribers(t, b, l, resource) == 1 && l.WaiterRefused(resource)
+	}, "the waiter for "+resource+" to queue, subscribe and hear its refusal")
 	time.Sleep(20 * time.Millisecond)
 }
 
@@ -602,86 +602,6 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 		require.NoError(t, lock.Release(ctx))
 	}
 	ltNoGoroutinesLeft(t)
-}
-
-// ltLocalWaiter returns a Locker whose client goes through the proxy p,
-// a Lock of it holding resource, and the result of one Acquire of the
-// same Locker waiting for resource: queued in Redis, subscribed, and told
-// of its reserved token, so that the holder's release hands it the lock.
-func ltLocalWaiter(t *testing.T, ctx context.Context, b *redistest.Backend, resource string) (*redistest.Proxy, *fencedlock.Locker, *fencedlock.Lock, <-chan ltAcquireResult) {
-	t.Helper()
-	l, p, _ := ltProxied(t, b, 3) // go-redis's default retries
-	holder := ltTryAcquire(t, ctx, l, resource, ltLongTTL)
-	done := ltWaitFor(ctx, l, resource, ltLongTTL, ltHourDelay)
-	ltAwaitQueued(t, b, l, resource)
-	return p, l, holder, done
-}
-
-// A holder hands the lock to the next waiter of its own Locker at once,
-// with the token reserved for it, without waiting for its release's
-// reply; the new holder's commands wait until Redis has confirmed it.
-func TestLocalHandOverDoesNotWaitForRedis(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		p, l, holder, done := ltLocalWaiter(t, ctx, b, "local")
-
-		const delay = 300 * time.Millisecond
-		p.Delay(delay)
-		released := make(chan error, 1)
-		start := time.Now()
-		go func() { released <- holder.Release(ctx) }()
-		lock := ltAwait(t, done)
-		assert.Less(t, time.Since(start), delay/2, "the waiter waited for the release's reply")
-		assert.Greater(t, lock.Token(), holder.Token())
-		// Its commands wait for the release to be confirmed: the TTL it
-		// reads is its own grant's.
-		left, err := lock.TTL(ctx)
-		require.NoError(t, err)
-		assert.Greater(t, left, ltLongTTL-10*time.Second)
-		require.NoError(t, <-released)
-		assert.GreaterOrEqual(t, time.Since(start), 2*delay, "the release's reply came back early: the proxy did not delay it")
-		p.Delay(0)
-		v, _ := ltGetKey(t, b, l.LockKey("local"))
-		assert.True(t, strings.HasSuffix(v, ":"+lock.Token().String()), "Redis granted %q, not the handed-over token %d", v, lock.Token())
-		require.NoError(t, lock.Release(ctx))
-		ltNoGoroutinesLeft(t)
-	})
-}
-
-// When the holder's release does not grant the lock to the waiter it was
-// handed to (the holder had lost it), that waiter's Lock ends as lost.
-func TestLocalHandOverFailingEndsTheLock(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		p, l, holder, done := ltLocalWaiter(t, ctx, b, "stale")
-		// The holder's lock is gone, and someone else holds the key.
-		require.NoError(t, b.Client.Set(ctx, l.LockKey("stale"), "someone-else:1", time.Minute).Err())
-		// The waiter takes the hand-over before the release's reply comes
-		// back. (A reply that came first would take the hand-over back,
-		// and the waiter would go on waiting.)
-		p.Delay(200 * time.Millisecond)
-		released := make(chan error, 1)
-		go func() { released <- holder.Release(ctx) }()
-		lock := ltAwait(t, done)
-		assert.ErrorIs(t, <-released, fencedlock.ErrLockLost)
-		p.Delay(0)
-		select {
-		case <-lock.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatal("the Lock handed over without a grant did not end")
-		}
-		assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
-		assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
-		v, _ := ltGetKey(t, b, l.LockKey("stale"))
-		assert.Equal(t, "someone-else:1", v)
-		// The waiter left the Redis queue: the next release does not hand
-		// the lock to a Lock that has ended.
-		queue, deadlines := ltQueueKeys(l, "stale")
-		assert.False(t, ltExists(t, b, queue), "the ended waiter is still queued")
-		assert.False(t, ltExists(t, b, deadlines))
-		require.NoError(t, b.Client.Del(ctx, l.LockKey("stale")).Err())
-		ltNoGoroutinesLeft(t)
-	})
 }
 
 // A holder that is not sure it still holds the lock (its TTL ran out by

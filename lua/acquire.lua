@@ -7,13 +7,11 @@
 -- milliseconds of its place in the queue
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
--- Returns {1, token} when granted; {0, ms, floor, reserved} when not,
--- where ms is how long until the lock may be free (the holder's PTTL, or
--- the remaining life of the waiter ahead in the queue), floor the token
--- counter's value before this run (every grant made before it has a token
--- at or below it), and reserved, for a waiter first in the queue, the
--- token reserved for its grant (false otherwise); {0, -3} when the attempt
--- was abandoned.
+-- Returns {1, token} when granted; {0, ms, floor} when not, where ms is
+-- how long until the lock may be free (the holder's PTTL, or the remaining
+-- life of the waiter ahead in the queue) and floor the token counter's
+-- value before this run (every grant made before it has a token at or
+-- below it); {0, -3} when the attempt was abandoned.
 --
 -- A run for an owner that already holds the lock returns its grant again
 -- with its TTL renewed: a client that lost the reply and sent the command
@@ -24,26 +22,18 @@
 --
 -- A free lock goes to the first live waiter in the queue: a run that is
 -- not that waiter is refused, and a waiter's run takes (or keeps) its
--- place in the queue. The first waiter gets a token reserved: a release
--- that hands it the lock grants it that token, so that a holder in the
--- same process can hand the lock on without waiting for the release's
--- reply. Everything is checked before anything is written, so an error
--- leaves neither a lock nor a raised counter.
+-- place in the queue. Everything is checked before anything is written,
+-- so an error leaves neither a lock nor a raised counter.
 local waiting = ARGV[3] ~= ''
 local entry = ARGV[1] .. ARGV[2]
 
 -- Refuses the attempt; a waiter takes or keeps its place in the queue.
 local function refuse(ms)
   local floor = redis.pcall('GET', KEYS[2])
-  local reserved = false
   if waiting then
     enqueue(entry, tonumber(ARGV[3]))
-    local head, _, _, r = queue_head()
-    if head == entry then
-      reserved = r or reserve(entry)
-    end
   end
-  return {0, ms, floor, reserved}
+  return {0, ms, floor}
 end
 
 if waiting and redis.call('EXISTS', KEYS[5]) == 1 then
@@ -59,17 +49,17 @@ if held then
 end
 -- The lock is free. Neither a marker nor a queue is the common case: one
 -- call tells.
-local head, reserved, _
+local head
 if redis.call('EXISTS', KEYS[5], KEYS[3]) > 0 then
   if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
     return {0, -3}
   end
-  head, _, _, reserved = queue_head()
+  head = queue_head()
 end
 if head and head ~= entry then
   return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end
-local t = grant(ARGV[1], ARGV[2], reserved)
+local t = grant(ARGV[1], ARGV[2])
 if type(t) == 'table' then
   return t
 end

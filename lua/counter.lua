@@ -96,19 +96,14 @@ local function next_token()
   return redis.call('GET', KEYS[2])
 end
 
--- Grants the lock at KEYS[1] to owner for ttl milliseconds, overwriting
--- the lock key, and returns the grant's token: reserved, the token
--- reserved for a waiter, if the counter still stands at it (no token was
--- issued since, and no Advance raised it), a fresh one otherwise. Returns
--- an error reply (a table), having written nothing, when the counter is
+-- Grants the lock at KEYS[1] to owner for ttl milliseconds with a fresh
+-- token, overwriting the lock key, and returns the token. Returns an
+-- error reply (a table), having written nothing, when the counter is
 -- unusable.
-local function grant(owner, ttl, reserved)
-  local t = reserved
-  if not t or redis.call('GET', KEYS[2]) ~= t then
-    t = next_token()
-    if type(t) == 'table' then
-      return t
-    end
+local function grant(owner, ttl)
+  local t = next_token()
+  if type(t) == 'table' then
+    return t
   end
   redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
   return t

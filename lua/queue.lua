@@ -1,8 +1,7 @@
 -- Shared prelude of the scripts that keep the queue of waiters.
 -- KEYS[3]: queue, a sorted set of entries scored by arrival (server clock,
 -- microseconds); KEYS[4]: deadlines, a hash from entry to the server time
--- in milliseconds after which the entry is dead, and from 'r:' .. entry to
--- the token reserved for the first waiter.
+-- in milliseconds after which the entry is dead.
 -- An entry is a waiter's owner nonce, ':', and the TTL in milliseconds it
 -- asked for. A waiter renews its deadline while it waits; a waiter that
 -- stops renewing (its process died) is skipped once its deadline passes.
@@ -10,38 +9,24 @@
 -- Removes an entry from the queue.
 local function dequeue(entry)
   redis.call('ZREM', KEYS[3], entry)
-  redis.call('HDEL', KEYS[4], entry, 'r:' .. entry)
+  redis.call('HDEL', KEYS[4], entry)
 end
 
--- Returns the first live entry of the queue, its owner, its TTL and the
--- token reserved for it (false if none), removing dead and malformed
--- entries before it; nil when there is none.
+-- Returns the first live entry of the queue, its owner and its TTL,
+-- removing dead and malformed entries before it; nil when there is none.
 local function queue_head()
   while true do
     local entry = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     if not entry then
       return nil
     end
-    local f = redis.call('HMGET', KEYS[4], entry, 'r:' .. entry)
-    local deadline = tonumber(f[1])
+    local deadline = tonumber(redis.call('HGET', KEYS[4], entry))
     local owner, ttl = string.match(entry, '^(.*:)([1-9]%d*)$')
     if owner and deadline and deadline > now_ms() then
-      return entry, owner, ttl, f[2]
+      return entry, owner, ttl
     end
     dequeue(entry)
   end
-end
-
--- Reserves a fresh token for entry, the first waiter: the token its grant
--- will carry, unless another token is issued first. Returns the token, or
--- false when the counter is unusable (the grant will report it).
-local function reserve(entry)
-  local t = next_token()
-  if type(t) == 'table' then
-    return false
-  end
-  redis.call('HSET', KEYS[4], 'r:' .. entry, t)
-  return t
 end
 
 -- Puts entry at the back of the queue, or leaves it where it is, and sets

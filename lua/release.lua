@@ -12,8 +12,7 @@
 --
 -- When the caller holds the lock and a waiter is queued, the lock is
 -- granted to that waiter with a fresh token, as the acquire script would,
--- (the one reserved for it, if the counter still stands there), and
--- "<owner nonce>:<token>" is published on the channel. So it is, too, when
+-- and "<owner nonce>:<token>" is published on the channel. So it is, too, when
 -- the lock is free (a waiter gives up, or a holder releases late): the
 -- first waiter need not wait for its timer. Returns {held} or {held, owner, token}, where held is 1
 -- when the caller held the lock (and no longer does) and 0 otherwise, and
@@ -32,9 +31,9 @@ elseif v then
   -- another owner's lock
   return {0}
 end
-local head, owner, ttl, reserved = queue_head()
+local head, owner, ttl = queue_head()
 if head then
-  local t = grant(owner, ttl, reserved)
+  local t = grant(owner, ttl)
   -- an unusable counter hands nothing on: the waiter's own attempt
   -- reports it
   if type(t) ~= 'table' then

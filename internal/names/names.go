@@ -11,9 +11,9 @@ import (
 const Max = 1024
 
 // quoted is how many bytes of a name an error message quotes at most.
-const quoted = 64
+const quoted = 128
 
-// Quote returns name quoted as %q does, cut after its first 64 bytes (at a
+// Quote returns name quoted as %q does, cut after its first 128 bytes (at a
 // character boundary) with the full length noted, so that an error never
 // repeats a long name whole.
 func Quote(name string) string {

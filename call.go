@@ -1,0 +1,225 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/names"
+)
+
+// bounded runs f, one round trip to Redis, and returns its result, or
+// ctx's error as soon as ctx ends, whichever comes first. go-redis heeds
+// a ctx deadline only when its client sets ContextTimeoutEnabled, and a
+// cancelled ctx not at all while it waits for a reply: so f runs in a
+// goroutine of its own, which the client's own timeouts end after the
+// caller has returned. f gets ctx, so that the client stops as soon as
+// it looks at ctx.
+func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctxEnded(ctx); err != nil {
+		return zero, err
+	}
+	if ctx.Done() == nil { // never ends: no need for a goroutine
+		return f(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch: // the answer came with the end of ctx
+			return r.v, r.err
+		default:
+			return zero, ctx.Err()
+		}
+	}
+}
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed although its timer has not fired yet.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// corruptTag starts the error replies of scripts that found a key holding
+// a value the library did not write.
+const corruptTag = "FENCEDLOCK_CORRUPT "
+
+// redisErr turns the error of a command op on name (a resource or a lock
+// key) into the library's: ErrCorrupt when a key of the library's holds
+// what the library did not write (a script's own check, or a key of the
+// wrong Redis type), else ErrUnavailable with the cause, and ctx's error
+// too when ctx has ended (a read deadline that go-redis took from ctx
+// ends a command with a network timeout). keys are the keys op touched,
+// named in the error.
+func redisErr(ctx context.Context, op, name string, err error, keys ...string) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		if _, detail, ok := strings.Cut(msg, corruptTag); ok {
+			return fmt.Errorf("%w: %s %s: %s", ErrCorrupt, op, names.Quote(name), detail)
+		}
+		if strings.Contains(msg, "WRONGTYPE") {
+			return fmt.Errorf("%w: %s %s: key %s holds a value of the wrong type: %w", ErrCorrupt, op, names.Quote(name), strings.Join(quoteAll(keys), " or "), err)
+		}
+	}
+	cerr := ctxEnded(ctx)
+	switch {
+	case cerr != nil && errors.Is(err, cerr):
+		return fmt.Errorf("%w: %s %s: no answer from Redis before the context ended: %w", ErrUnavailable, op, names.Quote(name), err)
+	case cerr != nil:
+		return fmt.Errorf("%w: %s %s: %w: %w", ErrUnavailable, op, names.Quote(name), cerr, err)
+	}
+	return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, op, names.Quote(name), err)
+}
+
+func quoteAll(keys []string) []string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = names.Quote(k)
+	}
+	return q
+}
+
+// isServerError reports whether err is a reply from Redis (the command ran
+// and failed) rather than a failure to deliver the command or its reply.
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// unsent reports whether err proves that the command never reached Redis:
+// no connection could be made or had. (go-redis may have sent an earlier
+// copy before a retry that failed so; Redis then ran it with nobody told,
+// as with any reply lost, and its TTL bounds the harm.)
+func unsent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
+// Bounds of the background cleanups of one Locker.
+const (
+	// cleanupTimeout bounds one cleanup: work that must happen after the
+	// call that needs it returned, such as releasing a lock whose grant
+	// reply was lost.
+	cleanupTimeout = time.Second
+	// cleanupGrace is how long a call whose ctx has ended still waits for
+	// its cleanup to answer, so that on a Redis that answers, the caller
+	// learns how it went.
+	cleanupGrace = 10 * time.Millisecond
+	// maxCleanups is how many cleanups may run at once; beyond it, one is
+	// not started and the call's error says so.
+	maxCleanups = 64
+)
+
+// errCleanupPending is cleanUp's report that the cleanup goes on after
+// the call.
+var errCleanupPending = errors.New("it goes on in the background")
+
+// cleanUp runs fn, cleaning up after the call of ctx on resource, within
+// cleanupTimeout of its own, even when ctx has ended. It waits for fn
+// while ctx lasts (and cleanupGrace after) and returns fn's error, nil
+// when it succeeded, or an error wrapping errCleanupPending when ctx ended
+// first: fn goes on, and its failure is logged (see WithLogger). When
+// maxCleanups are running it does not start fn, and says so.
+func (l *Locker) cleanUp(ctx context.Context, resource, what string, fn func(context.Context) error) error {
+	select {
+	case l.cleanups <- struct{}{}:
+	default:
+		return fmt.Errorf("%d cleanups are already running, so it was not started", maxCleanups)
+	}
+	var (
+		mu      sync.Mutex
+		waiting = true // guarded by mu: the caller takes the result
+		result  = make(chan error, 1)
+	)
+	go func() {
+		defer func() { <-l.cleanups }()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		err := fn(cctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if waiting {
+			result <- err
+		} else if err != nil {
+			l.warn("fencedlock: background cleanup failed", resource, "cleanup", what, "err", err)
+		}
+	}()
+	var grace <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case err := <-result:
+			return err
+		case <-done:
+			t := time.NewTimer(cleanupGrace)
+			defer t.Stop()
+			grace, done = t.C, nil
+		case <-grace:
+			mu.Lock()
+			defer mu.Unlock()
+			select {
+			case err := <-result:
+				return err
+			default:
+				waiting = false
+				return errCleanupPending
+			}
+		}
+	}
+}
+
+// cleanupErr adds to err, the error of a call, the outcome of its cleanup
+// what (cerr from cleanUp), and the harm left if it failed.
+func cleanupErr(err error, what, harm string, cerr error) error {
+	switch {
+	case cerr == nil:
+		return err
+	case errors.Is(cerr, errCleanupPending):
+		return fmt.Errorf("%w (%s: %v; if it fails, %s)", err, what, cerr, harm)
+	}
+	return fmt.Errorf("%w (%s failed too, so %s: %v)", err, what, harm, cerr)
+}
+
+// WithLogger makes the Locker log to logger what happens where no caller
+// hears of it: at Warn, a background cleanup that failed after its call
+// returned. nil, the default, logs nothing.
+func WithLogger(logger *slog.Logger) Option {
+	return func(l *Locker) { l.logger = logger }
+}
+
+// warn logs msg at Warn with the resource and attrs, if the Locker has a
+// logger.
+func (l *Locker) warn(msg, resource string, attrs ...any) {
+	if l.logger == nil {
+		return
+	}
+	l.logger.Warn(msg, append([]any{"resource", resource}, attrs...)...)
+}
