@@ -69,7 +69,8 @@
 // when delivered; stops are counted when they found their child holding
 // a lock; late-reply cycles are counted when the short call timed out and
 // was made again (with the waiters present); stalls by the waiting
-// acquires that ended during one. The report also counts the Releases
+// acquires whose deadline fell in one (and those of them that returned
+// more than 100ms after it). The report also counts the Releases
 // called while a goroutine of the same Locker waited for the resource. In
 // the long mode a listed fault with no effect at all fails its scenario.
 //
