@@ -3,6 +3,7 @@ package safety
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencedlock/fencedlock"
 )
@@ -163,3 +164,39 @@ func stopsWhileHolding(ops []op, events []faultEvent) (stops, holding int) {
 	}
 	return stops, holding
 }
+
+// stallEffects returns how many waiting acquires were waiting when a
+// stall of the lock network began and reached their deadline (acquireFor)
+// during it; how many of those returned more than deadlineSlack after
+// their deadline (every call should return within its deadline, plus a
+// few ms); and how many acquires returned a Lock during a stall, when no
+// grant can come back from Redis (more than a few ms after its start,
+// while the proxies hold every reply).
+func stallEffects(ops []op, events []faultEvent) (waited, overran, returned int) {
+	const settle = int64(10 * time.Millisecond) // replies written as the stall began
+	for _, e := range events {
+		if e.Kind != faultStall {
+			continue
+		}
+		for _, o := range ops {
+			if o.Kind != opAcquire {
+				continue
+			}
+			deadline := o.Call + int64(acquireFor)
+			if o.Wait && o.Call <= e.Start && o.Return > e.Start && deadline <= e.End {
+				waited++
+				if o.Return > deadline+int64(deadlineSlack) {
+					overran++
+				}
+			}
+			if o.Outcome == outOK && o.Return > e.Start+settle && o.Return < e.End {
+				returned++
+			}
+		}
+	}
+	return waited, overran, returned
+}
+
+// deadlineSlack is how late after its ctx deadline a call may return
+// before the report counts it as overrun.
+const deadlineSlack = 100 * time.Millisecond

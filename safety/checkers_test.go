@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -390,5 +391,49 @@ func TestStaleCausesAndStops(t *testing.T) {
 	}
 	if stops, holding := stopsWhileHolding(ops, events); stops != 2 || holding != 1 {
 		t.Errorf("stops while holding: %d/%d, want 1/2", holding, stops)
+	}
+}
+
+// lockValue is a lock key's value for a hand-built history: owner n's
+// 32-hex nonce and the token.
+func lockValue(n int, token fencedlock.Token) string {
+	return fmt.Sprintf("%032x:%d", n, token)
+}
+
+// Checker D: a key found holding the Lock's token, a higher one or none
+// passes; a lower token, a value that is no lock's, or one token under
+// two owners fails; reads that failed or were skipped are not checks.
+func TestCheckerDCatchesALockWithoutItsGrant(t *testing.T) {
+	acq := func(client int, token fencedlock.Token, kr keyRead, kv string) op {
+		return op{Client: client, Resource: "r", Kind: opAcquire, Call: ms(int64(token)), Return: ms(int64(token) + 1), Outcome: outOK, Token: token, KeyRead: kr, KeyValue: kv}
+	}
+	legal := []op{
+		acq(0, 10, keyFound, lockValue(1, 10)),
+		acq(2, 11, keyFound, lockValue(2, 12)), // a later grant already
+		acq(1, 12, keyFound, lockValue(2, 12)),
+		acq(3, 13, keyMissing, ""),
+		acq(3, 14, keyError, "connection refused"),
+		acq(2, 15, keySkipped, ""),
+		{Client: 0, Resource: "r", Kind: opAcquire, Outcome: outFail},
+	}
+	r := checkHeld(legal, lockerOf)
+	if r.Violations != 0 || r.Returned != 6 || r.Checked != 4 || r.Held != 2 || r.Later != 1 || r.Missing != 1 || r.Errors != 1 || r.Skipped != 1 {
+		t.Errorf("checker D on a legal history: %+v", r)
+	}
+	bad := append(legal,
+		acq(1, 20, keyFound, lockValue(1, 10)),   // c0's token 10: the same Locker's
+		acq(2, 21, keyFound, lockValue(9, 12)),   // c1's token 12: another Locker's
+		acq(4, 22, keyFound, lockValue(5, 19)),   // a grant nobody saw returned
+		acq(2, 23, keyFound, "not a lock value"), // garbage
+	)
+	r = checkHeld(bad, lockerOf)
+	if r.Violations != 4 || r.Own != 1 || r.Other != 2 {
+		t.Errorf("checker D: %+v, want 4 violations, 1 of its own Locker and 2 of others", r)
+	}
+	t.Log(r.Examples)
+	// The same token under two owners.
+	twice := []op{acq(0, 30, keyFound, lockValue(1, 30)), acq(2, 30, keyFound, lockValue(2, 30))}
+	if r := checkHeld(twice, lockerOf); r.Violations != 1 {
+		t.Errorf("checker D, one token under two owners: %+v", r)
 	}
 }

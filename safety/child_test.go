@@ -29,8 +29,9 @@ const childEnv = "FENCEDLOCK_SAFETY_CHILD"
 type childConfig struct {
 	Spec      clientSpec
 	Lock      lockTarget
-	StoreAddr string // the store proxy's address
-	Out       string // where the child writes its history
+	Keys      lockTarget // the lock Redis without proxies, for checker D; no Addrs: not checked
+	StoreAddr string     // the store proxy's address
+	Out       string     // where the child writes its history
 }
 
 // TestChildProcess is the body of a child process; run on its own it is
@@ -48,8 +49,14 @@ func TestChildProcess(t *testing.T) {
 	defer client.Close()
 	store := newHTTPStore(cfg.StoreAddr)
 	defer store.close()
+	var keys keyReader
+	if len(cfg.Keys.Addrs) > 0 {
+		c := cfg.Keys.newRedisClient(2)
+		defer c.Close()
+		keys = directKeys{c}
+	}
 	rec := &recorder{}
-	newWorker(cfg.Spec, cfg.Lock.newLocker(client), store, rec).run(context.Background())
+	newWorker(cfg.Spec, cfg.Lock.newLocker(client), store, rec, keys, nil).run(context.Background())
 	if err := writeOps(cfg.Out, rec.snapshot()); err != nil {
 		t.Fatal(err)
 	}

@@ -106,16 +106,26 @@ type worker struct {
 	rec    *recorder
 	rng    *rand.Rand
 	seq    int // values written so far
+	// keys reads the lock keys of returned Locks for checker D; nil: not
+	// checked.
+	keys keyReader
+	// local is what the goroutines of an in-process Locker share (for
+	// the late-reply fault); nil in child processes.
+	local *lockerState
 }
 
-func newWorker(spec clientSpec, locker *fencedlock.Locker, store fencedlock.Store, rec *recorder) *worker {
-	return &worker{spec: spec, locker: locker, store: store, rec: rec, rng: rand.New(rand.NewSource(spec.Seed))}
+func newWorker(spec clientSpec, locker *fencedlock.Locker, store fencedlock.Store, rec *recorder, keys keyReader, local *lockerState) *worker {
+	return &worker{spec: spec, locker: locker, store: store, rec: rec, rng: rand.New(rand.NewSource(spec.Seed)), keys: keys, local: local}
 }
 
 // run loops until StopAt (wall clock) or until ctx is done (the scenario
 // was aborted).
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil && now() < w.spec.StopAt {
+		if order := w.local.take(); order != nil {
+			w.lateReplyCycle(ctx, order)
+			continue
+		}
 		w.cycle(ctx)
 	}
 }
@@ -123,7 +133,7 @@ func (w *worker) run(ctx context.Context) {
 func (w *worker) cycle(ctx context.Context) {
 	res := w.spec.Resources[w.rng.Intn(len(w.spec.Resources))]
 	pause := w.spec.PauseEvery > 0 && w.rng.Intn(w.spec.PauseEvery) == 0
-	lock := w.acquire(ctx, res, w.spec.Heartbeat && !pause)
+	lock := w.acquire(ctx, res, w.spec.TTL, w.spec.Heartbeat && !pause)
 	if lock == nil {
 		w.sleep(ctx, time.Duration(1+w.rng.Intn(20))*time.Millisecond)
 		return
@@ -145,7 +155,7 @@ func (w *worker) cycle(ctx context.Context) {
 			break
 		}
 	}
-	w.release(ctx, lock)
+	w.release(ctx, lock, releaseFor, false)
 }
 
 // sleep sleeps for d or until ctx is done.
@@ -158,25 +168,20 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// acquire gets the lock on res, or returns nil after acquireFor. Half the
-// cycles call TryAcquire again and again; the others wait in Acquire.
-func (w *worker) acquire(ctx context.Context, res string, heartbeat bool) *fencedlock.Lock {
+// acquire gets the lock on res for ttl, or returns nil after acquireFor.
+// Half the cycles call TryAcquire again and again; the others wait in
+// Acquire.
+func (w *worker) acquire(ctx context.Context, res string, ttl time.Duration, heartbeat bool) *fencedlock.Lock {
+	if w.rng.Intn(2) == 0 {
+		return w.acquireWait(ctx, res, ttl, heartbeat)
+	}
 	ctx, cancel := context.WithTimeout(ctx, acquireFor)
 	defer cancel()
-	if w.rng.Intn(2) == 0 {
-		var opts []fencedlock.AcquireOption
-		if heartbeat {
-			opts = append(opts, fencedlock.WithHeartbeat(0))
-		}
-		o := op{Client: w.spec.ID, Resource: res, Kind: opAcquire, Wait: true, Call: now()}
-		lock, err := w.locker.Acquire(ctx, res, w.spec.TTL, opts...)
-		w.recordAcquire(o, lock, err)
-		return lock
-	}
 	for ctx.Err() == nil {
+		epoch := w.epoch()
 		o := op{Client: w.spec.ID, Resource: res, Kind: opAcquire, Call: now()}
-		lock, err := w.locker.TryAcquire(ctx, res, w.spec.TTL)
-		w.recordAcquire(o, lock, err)
+		lock, err := w.locker.TryAcquire(ctx, res, ttl)
+		w.recordAcquire(o, lock, err, epoch)
 		if err == nil {
 			return lock
 		}
@@ -185,11 +190,38 @@ func (w *worker) acquire(ctx context.Context, res string, heartbeat bool) *fence
 	return nil
 }
 
-func (w *worker) recordAcquire(o op, lock *fencedlock.Lock, err error) {
+// acquireWait waits in Acquire for the lock on res, at most acquireFor.
+func (w *worker) acquireWait(ctx context.Context, res string, ttl time.Duration, heartbeat bool) *fencedlock.Lock {
+	ctx, cancel := context.WithTimeout(ctx, acquireFor)
+	defer cancel()
+	var opts []fencedlock.AcquireOption
+	if heartbeat {
+		opts = append(opts, fencedlock.WithHeartbeat(0))
+	}
+	epoch := w.epoch()
+	o := op{Client: w.spec.ID, Resource: res, Kind: opAcquire, Wait: true, Call: now()}
+	w.local.enter(res)
+	lock, err := w.locker.Acquire(ctx, res, ttl, opts...)
+	w.local.leave(res)
+	w.recordAcquire(o, lock, err, epoch)
+	return lock
+}
+
+// epoch is the key reader's epoch before a lock call.
+func (w *worker) epoch() uint64 {
+	if w.keys == nil {
+		return 0
+	}
+	return w.keys.epoch()
+}
+
+func (w *worker) recordAcquire(o op, lock *fencedlock.Lock, err error, epoch uint64) {
 	o.Return = now()
 	switch {
 	case err == nil:
 		o.Outcome, o.Token = outOK, lock.Token()
+		// At once, before anything else: checker D.
+		checkKey(w.keys, w.locker, lock, epoch, &o)
 	case errors.Is(err, fencedlock.ErrNotAcquired):
 		o.Outcome = outFail
 	case errors.Is(err, fencedlock.ErrNotReplicated):
@@ -220,21 +252,43 @@ func (w *worker) put(ctx context.Context, res string, token fencedlock.Token, pa
 	return o.Outcome
 }
 
-func (w *worker) release(ctx context.Context, lock *fencedlock.Lock) {
-	// Released even when ctx is done (the scenario is ending), within a
-	// short detached timeout, as the library's docs advise.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseFor)
+// release calls Release within d, even when ctx is done (the scenario is
+// ending), on a detached context, as the library's docs advise. short
+// marks a call whose reply is delayed past d (the late-reply fault). It
+// returns Release's error.
+func (w *worker) release(ctx context.Context, lock *fencedlock.Lock, d time.Duration, short bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	o := op{Client: w.spec.ID, Resource: lock.Resource(), Kind: opRelease, Token: lock.Token(), Call: now()}
+	o := op{Client: w.spec.ID, Resource: lock.Resource(), Kind: opRelease, Token: lock.Token(), Short: short, Call: now()}
+	o.LocalWaiter = w.local.waitingFor(lock.Resource()) > 0
 	err := lock.Release(ctx)
 	o.Return = now()
+	o.endLockCall(err)
+	w.rec.add(o)
+	return err
+}
+
+// refresh calls Refresh for ttl within d; short as for release.
+func (w *worker) refresh(ctx context.Context, lock *fencedlock.Lock, ttl, d time.Duration, short bool) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	o := op{Client: w.spec.ID, Resource: lock.Resource(), Kind: opRefresh, Token: lock.Token(), Short: short, Call: now()}
+	err := lock.Refresh(ctx, ttl)
+	o.Return = now()
+	o.endLockCall(err)
+	w.rec.add(o)
+	return err
+}
+
+// endLockCall records the answer of a Release or a Refresh: done, the
+// lock lost (or released before), or unknown.
+func (o *op) endLockCall(err error) {
 	switch {
 	case err == nil:
 		o.Outcome = outOK
-	case errors.Is(err, fencedlock.ErrLockLost):
+	case errors.Is(err, fencedlock.ErrLockLost), errors.Is(err, fencedlock.ErrReleased):
 		o.Outcome = outFail
 	default:
 		o.Outcome, o.Err = outUnknown, err.Error()
 	}
-	w.rec.add(o)
 }

@@ -10,7 +10,8 @@
 // # Workload
 //
 // Four clients in the test process (two Lockers, each shared by two
-// goroutines, each Locker with its own network to Redis) and, in some
+// goroutines, each Locker with its own network to Redis, plus a helper
+// goroutine per Locker that the late-reply fault starts) and, in some
 // scenarios, two child processes loop over three resources: acquire a
 // lock with a 200ms TTL (TryAcquire with retries, or the waiting Acquire
 // with a deadline, some with WithHeartbeat), read the resource, sometimes
@@ -43,7 +44,17 @@
 //     with fencedlock.WithReplicas.
 //   - cluster: a real 3-master Redis Cluster, flushed, with pauses and
 //     stopped children.
-//   - mixed: all the single-node faults together.
+//   - late-reply (in mixed): a Release or a Refresh whose reply is
+//     delayed (DelayReplies, 150-300ms) past its 50ms ctx, then called
+//     again, on a Locker holding a lock with a long TTL while a waiter of
+//     the other Locker is queued and one of its own waits in Acquire: the
+//     sequence in which a Locker that hands the lock to its own waiter
+//     before Redis answered returns a Lock that another owner holds. Half
+//     run on a resource of their own (r-late), half among the workload.
+//   - stall (in mixed): every lock client's network stalled longer than
+//     the waiters' deadline, then resumed.
+//   - mixed: all the single-node faults together, with late-reply and
+//     stall.
 //   - redis-store: the clients call a fencedlock.RedisStore themselves
 //     through a faulty network.
 //   - negative-control: pauses and late writes against a store without
@@ -56,8 +67,12 @@
 // failover compares the token counters of the old master and the
 // promoted replica (failovers that lost grants); held writes are counted
 // when delivered; stops are counted when they found their child holding
-// a lock. In the long mode a listed fault with no effect at all fails its
-// scenario.
+// a lock; late-reply cycles are counted when the short call timed out and
+// was made again (with the waiters present); stalls by the waiting
+// acquires whose deadline fell in one (and those of them that returned
+// more than 100ms after it). The report also counts the Releases
+// called while a goroutine of the same Locker waited for the resource. In
+// the long mode a listed fault with no effect at all fails its scenario.
 //
 // # Checkers
 //
@@ -75,6 +90,16 @@
 //     the final reads are linearizable for a fenced register per
 //     resource; a write with an unknown answer may take effect at any
 //     later time before the final reads, or never.
+//   - D, the Locks in Redis: right after Acquire or TryAcquire returns a
+//     Lock, the client reads its lock key through a direct connection to
+//     the lock Redis, past the fault proxies (child processes too). A key
+//     holding a token lower than the Lock's means the Lock was returned
+//     without its grant in Redis (a grant overwrites the key, and later
+//     grants carry higher tokens, even after a restart or a flush): a
+//     violation, as is one token under two owners. A missing key or a
+//     higher token is fine. In a failover scenario a read is skipped when
+//     a promotion came between the lock call and the read. The report
+//     counts the Locks checked, so that the checker cannot pass unseen.
 //
 // The report counts the stale writes attempted: the writes that reached
 // the store with a token below the highest it had accepted for the

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,14 +26,38 @@ import (
 // new one, through the proxy, and once it has caught up the same happens
 // the other way.
 
-// failoverRig is the two servers and their proxies. It is used by the
-// test goroutine only.
+// failoverRig is the two servers and their proxies. The test goroutine
+// drives it; the clients only read keys through it (epoch, read).
 type failoverRig struct {
 	servers [2]*redistest.Server
 	admin   [2]*redis.Client // direct clients, for REPLICAOF and INFO
-	master  int              // index of the current master
 	clients *redistest.Proxy // the lock clients' way to the current master
 	repl    *redistest.Proxy // the replica's way to the current master
+
+	// mu guards master and gen. A promotion and the move of the clients
+	// happen under it, so a reader that finds gen unchanged since a lock
+	// call knows that call's commands all ran on master.
+	mu     sync.RWMutex
+	master int    // index of the current master
+	gen    uint64 // promotions so far
+}
+
+// epoch returns the count of promotions so far: see keyReader.
+func (f *failoverRig) epoch() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.gen
+}
+
+// read reads key on the current master, or skips it when a promotion
+// happened since epoch: the grant may have run on the old master.
+func (f *failoverRig) read(ctx context.Context, key string, epoch uint64) (string, keyRead, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.gen != epoch {
+		return "", keySkipped, nil
+	}
+	return getKey(ctx, f.admin[f.master], key)
 }
 
 func newFailoverRig(t *testing.T) *failoverRig {
@@ -92,11 +117,15 @@ func (f *failoverRig) step(rng *rand.Rand, ttl time.Duration) (lost bool, err er
 	if err != nil {
 		return false, fmt.Errorf("reading the replica's counters: %w", err)
 	}
+	f.mu.Lock()
+	f.gen++
 	if err := f.admin[next].Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		f.mu.Unlock()
 		return false, fmt.Errorf("promoting %s: %w", f.servers[next].Addr, err)
 	}
 	f.clients.Retarget(f.servers[next].Addr)
 	f.master = next
+	f.mu.Unlock()
 	oldCounters, err := tokenCounters(ctx, f.admin[old])
 	if err != nil {
 		return false, fmt.Errorf("reading the old master's counters: %w", err)

@@ -20,6 +20,7 @@ const (
 	opGet     opKind = "get"     // Store.Get
 	opPut     opKind = "put"     // Store.Put with the lock's token
 	opRelease opKind = "release" // Lock.Release
+	opRefresh opKind = "refresh" // Lock.Refresh (the late-reply fault's cycle)
 	opPause   opKind = "pause"   // the client slept past the TTL while holding the lock
 )
 
@@ -68,6 +69,16 @@ type op struct {
 	Paused   bool             `json:"p,omitempty"`   // put: the client paused past the TTL before it
 	Final    bool             `json:"f,omitempty"`   // get: a final read, once everything has landed
 	Err      string           `json:"err,omitempty"` // the error, for the log
+	// Acquire that returned a Lock: what a direct read of the lock key
+	// found right after (checker D), and the value it read.
+	KeyRead  keyRead `json:"kr,omitempty"`
+	KeyValue string  `json:"kv,omitempty"`
+	// Release: a goroutine of the same Locker was waiting in Acquire for
+	// the resource when Release was called.
+	LocalWaiter bool `json:"lw,omitempty"`
+	// Release, refresh: called with a ctx shorter than the delay of its
+	// reply (the late-reply fault).
+	Short bool `json:"sh,omitempty"`
 }
 
 func (o op) String() string {

@@ -40,6 +40,12 @@ import (
 //   - faultFlushAll: FLUSHALL on the lock Redis (every master of a
 //     cluster): the same loss without a restart.
 //   - faultFailover: see failoverRig.
+//   - faultLateReply: a Release or a Refresh whose reply is delayed past
+//     its ctx, on a Locker with a waiter of its own, and then called
+//     again: run by one of the Locker's goroutines (see latereply_test.go).
+//   - faultStall: every lock client's network stalled (Pause) for longer
+//     than the waiters' deadline (acquireFor) while they wait in Acquire,
+//     then resumed: no lock call can get an answer meanwhile.
 //
 // The pause fault (a holder sleeping past its TTL) is the clients' own:
 // see clientSpec.PauseEvery.
@@ -51,6 +57,15 @@ const (
 	faultRestart    = "restart"
 	faultFlushAll   = "flushall"
 	faultFailover   = "failover"
+	faultLateReply  = "late-reply"
+	faultStall      = "stall"
+)
+
+// stallExtraMin and stallExtraMax bound how much longer than acquireFor
+// the stall fault lasts.
+const (
+	stallExtraMin = 200 * time.Millisecond
+	stallExtraMax = 600 * time.Millisecond
 )
 
 // lateGrantDelay bounds the latency of the proxy fault's delay, each way,
@@ -104,6 +119,9 @@ type effects struct {
 	// their hold.
 	HoldsAsked     int
 	HoldsDelivered int
+	// LateReplies are the late-reply faults' cycles, by call (release,
+	// refresh).
+	LateReplies map[string][]lateReplyResult
 }
 
 // nemesis is one scenario's fault injector. Only the test goroutine uses
@@ -117,7 +135,8 @@ type nemesis struct {
 	events []faultEvent
 	eff    effects
 
-	lockProxies []lockProxy       // faultProxy; on one node, one per lock client process
+	lockProxies []lockProxy       // faultProxy, faultStall; on one node, one per lock client process
+	lockers     []*lockerState    // faultLateReply: the in-process Lockers
 	storeProxy  *redistest.Proxy  // faultLateWrite, faultStoreProxy
 	lockServer  *redistest.Server // faultRestart
 	lockAdmin   []*redis.Client   // faultFlushAll, faultRestart: direct clients of every master
@@ -131,7 +150,7 @@ type nemesis struct {
 func newNemesis(t *testing.T, seed int64, kinds []string) *nemesis {
 	return &nemesis{
 		t: t, rng: rand.New(rand.NewSource(seed)), ttl: lockTTL, kinds: kinds, counts: map[string]int{},
-		eff:     effects{KeysLost: map[string]int{}, LossyFaults: map[string]int{}},
+		eff:     effects{KeysLost: map[string]int{}, LossyFaults: map[string]int{}, LateReplies: map[string][]lateReplyResult{}},
 		holdFor: lateWriteHold, children: &children{},
 	}
 }
@@ -219,8 +238,49 @@ func (n *nemesis) inject(kind string) {
 			n.eff.FailoversLost++
 		}
 		n.record(faultFailover, nil, start)
+	case faultLateReply:
+		n.lateReply()
+	case faultStall:
+		for _, lp := range n.lockProxies {
+			lp.proxy.Pause()
+		}
+		time.Sleep(acquireFor + n.between(stallExtraMin, stallExtraMax))
+		for _, lp := range n.lockProxies {
+			lp.proxy.Resume()
+		}
+		n.record(faultStall, nil, start)
 	default:
 		n.t.Fatalf("unknown fault %q", kind)
+	}
+}
+
+// lateReply arms the late-reply fault on one in-process Locker and waits
+// for one of its goroutines to run it. Release comes twice as often as
+// Refresh; with Release, the other Locker's waiter always queues first
+// (the bug's sequence), with Refresh half the time. Half the cycles run
+// on lateReplyResource, the others on a resource of the workload.
+func (n *nemesis) lateReply() {
+	ls := n.lockers[n.rng.Intn(len(n.lockers))]
+	o := &lateReplyOrder{call: lateRelease, delay: n.between(lateReplyDelayMin, lateReplyDelayMax), peer: true, done: make(chan lateReplyResult, 1)}
+	if n.rng.Intn(3) == 0 {
+		o.call, o.peer = lateRefresh, n.rng.Intn(2) == 0
+	}
+	if n.rng.Intn(2) == 0 {
+		o.resource = lateReplyResource
+	}
+	ls.arm(o)
+	t := time.NewTimer(lateReplyWait)
+	defer t.Stop()
+	select {
+	case res := <-o.done:
+		n.eff.LateReplies[o.call] = append(n.eff.LateReplies[o.call], res)
+		n.counts[faultLateReply+"-"+o.call]++
+		n.events = append(n.events, faultEvent{Kind: faultLateReply + "-" + o.call, Clients: ls.clients(), Start: res.Start, End: res.End})
+	case <-t.C:
+		if ls.disarm(o) {
+			return // no cycle began: the clients are done
+		}
+		n.errs = append(n.errs, fmt.Errorf("late-reply: the cycle took more than %v", lateReplyWait))
 	}
 }
 
@@ -333,6 +393,7 @@ func (n *nemesis) heal() {
 	for _, p := range proxies {
 		if p != nil {
 			p.Delay(0)
+			p.DelayReplies(0)
 			p.Resume()
 		}
 	}

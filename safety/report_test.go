@@ -31,10 +31,14 @@ type summary struct {
 	FinalMismatches int
 	// NotReplicated counts acquires refused with ErrNotReplicated.
 	NotReplicated int
+	// LocalWaiterReleases counts Releases called while a goroutine of the
+	// same Locker waited in Acquire for the resource.
+	LocalWaiterReleases int
 
 	Ledger     *ledgerReport   // nil when the clients write to Redis directly
 	Deliveries *deliveryReport // nil likewise
 	Grants     grantReport
+	Held       heldReport // checker D
 	Lin        linResult
 	Negative   bool
 }
@@ -71,6 +75,7 @@ func (s summary) line() string {
 		fmt.Fprintf(b, "; acquires not replicated %d", s.NotReplicated)
 	}
 	fmt.Fprintf(b, "; duplicate tokens %d, inversions %d; porcupine %v", s.Grants.Duplicates, s.Grants.Inversions, s.Lin)
+	fmt.Fprintf(b, "; Locks in Redis: %v; releases with a same-Locker waiter %d", s.Held, s.LocalWaiterReleases)
 	if s.Effects != "" {
 		fmt.Fprintf(b, "; effects: %s", s.Effects)
 	}
@@ -94,9 +99,12 @@ func markdown(sums []summary, cfg runConfig) string {
 		"between its acquire and its write, its read among others), late-grant (a network " +
 		"fault on its own lock connection during its acquire), lock-lost (a restart, flush or failover between its " +
 		"acquire and its write), other. Porcupine's ops include one final read per resource, made once nothing " +
-		"could land any more, which must also match the ledger's last accepted write.\n\n")
-	b.WriteString("| scenario | workload | clients | ops | grants | faults injected | fault effects | puts | stale attempted | stale rejected | stale accepted | by cause | late deliveries (rejected / accepted) | lost | duplicate tokens | inversions | porcupine |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
+		"could land any more, which must also match the ledger's last accepted write. Checker D: right after a lock call " +
+		"returned a Lock, its key was read on the lock Redis past the fault proxies; \"checked\" counts the Locks whose key was " +
+		"read (held: their token; later: a higher token; gone: no key), \"not held\" those whose key held a lower token " +
+		"(a Lock returned without its grant in Redis): 0.\n\n")
+	b.WriteString("| scenario | workload | clients | ops | grants | faults injected | fault effects | puts | stale attempted | stale rejected | stale accepted | by cause | late deliveries (rejected / accepted) | lost | duplicate tokens | inversions | Locks checked in Redis (held / later / gone) | not held | same-Locker waiter at release | porcupine |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, s := range sums {
 		rejected, late, staleAcc, lost := fmt.Sprint(s.Stale), "–", "–", "–"
 		if s.Ledger != nil {
@@ -112,9 +120,11 @@ func markdown(sums []summary, cfg runConfig) string {
 		if effects == "" {
 			effects = "–"
 		}
-		fmt.Fprintf(b, "| %s | %v | %s | %d | %d | %s | %s | %d | %d | %s | %s | %s | %s | %s | %d | %d | %s, %d ops, %v |\n",
+		fmt.Fprintf(b, "| %s | %v | %s | %d | %d | %s | %s | %d | %d | %s | %s | %s | %s | %s | %d | %d | %d/%d (%d / %d / %d) | %d | %d | %s, %d ops, %v |\n",
 			name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), effects, s.Puts, s.StaleAttempted, rejected, staleAcc,
-			formatCauses(s.Causes), late, lost, s.Grants.Duplicates, s.Grants.Inversions, s.Lin.Result, s.Lin.Ops, s.Lin.Took.Round(time.Millisecond))
+			formatCauses(s.Causes), late, lost, s.Grants.Duplicates, s.Grants.Inversions,
+			s.Held.Checked, s.Held.Returned, s.Held.Held, s.Held.Later, s.Held.Missing, s.Held.Violations, s.LocalWaiterReleases,
+			s.Lin.Result, s.Lin.Ops, s.Lin.Took.Round(time.Millisecond))
 	}
 	for _, s := range sums {
 		if s.NotReplicated > 0 {

@@ -96,8 +96,11 @@ var scenarios = []scenario{
 	// masters, every master flushed.
 	{name: "cluster", topology: topoCluster, store: storeMemory, pauses: true, children: 2, faults: []string{faultSigstop, faultFlushAll}},
 	// Everything at once on one node, with a RedisStore behind the ledger.
+	// Lock calls whose replies come after their ctx ended, then called
+	// again, and stalls of the whole lock network past the waiters'
+	// deadlines, too.
 	{name: "mixed", topology: topoSingle, store: storeRedis, pauses: true, children: 2,
-		faults: []string{faultSigstop, faultProxy, faultLateWrite, faultRestart, faultFlushAll}},
+		faults: []string{faultSigstop, faultProxy, faultLateWrite, faultRestart, faultFlushAll, faultLateReply, faultStall}},
 	// The clients call a RedisStore themselves, through a faulty network
 	// (its writes held, delayed, their replies lost): RedisStore's own
 	// script must fence atomically under concurrency. No ledger: checker C
@@ -177,7 +180,7 @@ func (sc scenario) validate() error {
 	}
 	for _, f := range sc.faults {
 		switch {
-		case (f == faultProxy || f == faultRestart) && sc.topology != topoSingle:
+		case (f == faultProxy || f == faultRestart || f == faultStall || f == faultLateReply) && sc.topology != topoSingle:
 			return fmt.Errorf("%s: the %s fault needs the single-node topology", sc.name, f)
 		case f == faultFailover && sc.topology != topoFailover:
 			return fmt.Errorf("%s: the failover fault needs the failover topology", sc.name)
@@ -214,6 +217,8 @@ type scenarioRun struct {
 	storeSrv  *httptest.Server // nil for storeDirect
 	storeAddr string           // the store proxy's address
 	direct    fencedlock.Store // storeDirect: the store Redis without the proxy, for the final reads
+	keys      keyReader        // checker D's reads of lock keys, in this process
+	childKeys lockTarget       // the same for child processes: the lock Redis without proxies (no Addrs: none)
 	closers   []func()         // the clients' connections, closed at the end
 	keepDir   string           // see failureDir
 }
@@ -250,12 +255,22 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	})
 	t.Cleanup(closeOnce)
 	rec := &recorder{}
+	var workers []*worker
 	for i := 0; i < inProcessClients; i += 2 {
 		// Two goroutines share each Locker, so that its local queue and
-		// hand-over run too. Each Locker has its own network to Redis.
-		client := r.lockTargetFor(i, i+1).newRedisClient(2)
+		// hand-over run too, and a helper waits on demand (the late-reply
+		// fault). Each Locker has its own network to Redis.
+		helperID := helperIDBase + i/2
+		ls := &lockerState{wg: &wg, ids: []int{i, i + 1, helperID}, waiting: map[string]int{}}
+		client := r.lockTargetFor(ls.ids...).newRedisClient(2)
+		if sc.topology == topoSingle {
+			ls.proxy = r.nem.lockProxies[len(r.nem.lockProxies)-1].proxy
+		}
 		r.closers = append(r.closers, func() { client.Close() })
 		locker := r.lock.newLocker(client)
+		spec := clientSpec{ID: helperID, Seed: actorSeed(seed, helperID), Resources: resources, TTL: lockTTL, WorkMax: inProcessWork, StopAt: stopAt.UnixNano()}
+		ls.helper = newWorker(spec, locker, r.newStore(), rec, r.keys, ls)
+		r.nem.lockers = append(r.nem.lockers, ls)
 		for j := i; j < i+2; j++ {
 			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: resources, TTL: lockTTL, WorkMax: inProcessWork, StopAt: stopAt.UnixNano()}
 			spec.Heartbeat = j%2 == 1
@@ -265,18 +280,24 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 					spec.PauseEvery = 2
 				}
 			}
-			w := newWorker(spec, locker, r.newStore(), rec)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.run(ctx)
-			}()
+			workers = append(workers, newWorker(spec, locker, r.newStore(), rec, r.keys, ls))
 		}
+	}
+	for i, ls := range r.nem.lockers {
+		ls.peer = r.nem.lockers[(i+1)%len(r.nem.lockers)]
+	}
+	for _, w := range workers {
+		w := w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(ctx)
+		}()
 	}
 	for i := 0; i < sc.children; i++ {
 		id := inProcessClients + i
 		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWork, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0}
-		cfgChild := childConfig{Spec: spec, Lock: r.lockTargetFor(id), StoreAddr: r.storeAddr}
+		cfgChild := childConfig{Spec: spec, Lock: r.lockTargetFor(id), Keys: r.childKeys, StoreAddr: r.storeAddr}
 		r.nem.children.add(startChild(t, cfgChild, cfg.duration+time.Minute))
 	}
 
@@ -329,7 +350,11 @@ func (r *scenarioRun) finalReads() []op {
 		store = r.ledger
 	}
 	var ops []op
-	for _, res := range resources {
+	read := resources
+	if r.sc.has(faultLateReply) {
+		read = append(read[:len(read):len(read)], lateReplyResource)
+	}
+	for _, res := range read {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		o := op{Client: finalReader, Resource: res, Kind: opGet, Final: true, Call: now()}
 		o.endGet(store.Get(ctx, res))
@@ -355,10 +380,13 @@ func (r *scenarioRun) setupLocks() {
 		r.lock = lockTarget{Addrs: []string{srv.Addr}} // each client process gets its own proxy: lockTargetFor
 		r.nem.lockServer = srv
 		r.nem.lockAdmin = []*redis.Client{r.adminClient(srv.Addr)}
+		r.childKeys = lockTarget{Addrs: []string{srv.Addr}}
+		r.keys = directKeys{r.adminClient(srv.Addr)}
 	case topoFailover:
 		f := newFailoverRig(t)
 		r.lock = lockTarget{Addrs: []string{f.clients.Addr()}, Replicas: r.sc.replicas, ReplicaTimeout: replicaTimeout}
 		r.nem.failover = f
+		r.keys = f // no child processes in this topology
 	case topoCluster:
 		servers := redistest.StartClusterN(t, 3)
 		r.lock = lockTarget{Cluster: true}
@@ -366,6 +394,10 @@ func (r *scenarioRun) setupLocks() {
 			r.lock.Addrs = append(r.lock.Addrs, s.Addr)
 			r.nem.lockAdmin = append(r.nem.lockAdmin, r.adminClient(s.Addr))
 		}
+		r.childKeys = r.lock // no proxies on the cluster
+		keys := r.lock.newRedisClient(2)
+		t.Cleanup(func() { keys.Close() })
+		r.keys = directKeys{keys}
 	default:
 		t.Fatalf("unknown topology %q", r.sc.topology)
 	}

@@ -27,6 +27,8 @@ func (r *scenarioRun) check(history []op) summary {
 			sum.Faults["pause"]++
 		case o.Kind == opAcquire && o.Outcome == outNotReplicated:
 			sum.NotReplicated++
+		case o.Kind == opRelease && o.LocalWaiter:
+			sum.LocalWaiterReleases++
 		case o.Kind == opPut:
 			sum.Puts++
 			switch o.Outcome {
@@ -84,6 +86,16 @@ func (r *scenarioRun) check(history []op) summary {
 	if sum.Grants.Duplicates > 0 || sum.Grants.Inversions > 0 {
 		t.Errorf("checker B: %d duplicate tokens, %d inversions:\n  %s",
 			sum.Grants.Duplicates, sum.Grants.Inversions, strings.Join(sum.Grants.Examples, "\n  "))
+	}
+
+	// D: every Lock returned held its grant in Redis.
+	sum.Held = checkHeld(history, lockerOf)
+	if sum.Held.Violations > 0 {
+		t.Errorf("checker D: %d Locks returned while Redis did not hold their grant:\n  %s",
+			sum.Held.Violations, strings.Join(sum.Held.Examples, "\n  "))
+	}
+	if sum.Held.Returned > 0 && sum.Held.Checked == 0 {
+		t.Errorf("checker D read the key of none of the %d Locks returned: %v", sum.Held.Returned, sum.Held)
 	}
 
 	// C: linearizability of what the clients saw.
@@ -187,6 +199,37 @@ func (r *scenarioRun) checkEffects(sum *summary, history []op) {
 			}
 		case faultProxy:
 			parts = append(parts, fmt.Sprintf("proxy: %d stale writes after a late grant", sum.Causes[causeLateGrant]))
+		case faultLateReply:
+			var each []string
+			done := 0
+			for _, call := range []string{lateRelease, lateRefresh} {
+				results := eff.LateReplies[call]
+				late, local, peer := 0, 0, 0
+				for _, res := range results {
+					if res.Late && res.Again {
+						late++
+					}
+					if res.Again && res.Local {
+						local++
+					}
+					if res.Again && res.Peer {
+						peer++
+					}
+				}
+				done += late
+				each = append(each, fmt.Sprintf("%s %d/%d timed out and called again (own waiter %d, other Locker's %d)", call, late, len(results), local, peer))
+			}
+			parts = append(parts, "late-reply: "+strings.Join(each, ", "))
+			if done == 0 {
+				zero(f, "no Release or Refresh timed out on a late reply and was called again")
+			}
+		case faultStall:
+			waited, overran, returned := stallEffects(history, r.nem.events)
+			parts = append(parts, fmt.Sprintf("stall: %d waiting acquires reached their deadline in a stall (%d returned over %v late), %d Locks returned during one",
+				waited, overran, deadlineSlack, returned))
+			if waited == 0 {
+				zero(f, "no waiting acquire reached its deadline while the lock network was stalled")
+			}
 		}
 	}
 	sum.Effects = strings.Join(parts, "; ")
