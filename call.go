@@ -132,7 +132,7 @@ const (
 	// cleanupGrace is how long a call whose ctx has ended still waits for
 	// its cleanup to answer, so that on a Redis that answers, the caller
 	// learns how it went.
-	cleanupGrace = 10 * time.Millisecond
+	cleanupGrace = 5 * time.Millisecond
 	// maxCleanups is how many cleanups may run at once; beyond it, one is
 	// not started and the call's error says so.
 	maxCleanups = 64

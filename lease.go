@@ -116,19 +116,17 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Unlock()
 }
 
-// unknown records a Release (ttl 0) or a Refresh for ttl, sent at sent,
-// whose outcome is unknown: it may have run in Redis. The Lock is no
-// longer certainly held until a Refresh succeeds; a Refresh that ran may
-// have shortened the lock to sent+ttl (it can only have run later), and
-// a Release may have ended it.
+// unknown records a Refresh for ttl, sent at sent, whose outcome is
+// unknown: it may have run in Redis. The Lock is no longer certainly held
+// until a Refresh succeeds, and the Refresh, if it ran, may have shortened
+// the lock to sent+ttl (it can only have run later). (A Release of
+// unknown outcome marks the Lock uncertain in Release.)
 func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	k.uncertain = true
-	if ttl > 0 {
-		k.retune(ttl)
-		if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
-			k.until = end
-		}
+	k.retune(ttl)
+	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
+		k.until = end
 	}
 	k.mu.Unlock()
 }
@@ -149,21 +147,29 @@ func (k *Lock) retune(ttl time.Duration) {
 // ended. It closes Done, stops the heartbeat and calls onEnd.
 func (k *Lock) end(err error) {
 	k.mu.Lock()
+	after := k.endLocked(err)
+	k.mu.Unlock()
+	after()
+}
+
+// endLocked is end with k.mu held; the caller runs what it returns once
+// it has unlocked k.mu.
+func (k *Lock) endLocked(err error) (after func()) {
 	if k.err != nil {
-		k.mu.Unlock()
-		return
+		return func() {}
 	}
 	k.err = err
 	if k.done != nil {
 		close(k.done)
 	}
 	stop, onEnd := k.stop, k.onEnd
-	k.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	if onEnd != nil {
-		onEnd(err)
+	return func() {
+		if stop != nil {
+			stop()
+		}
+		if onEnd != nil {
+			onEnd(err)
+		}
 	}
 }
 
@@ -282,28 +288,32 @@ func (k *Lock) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
-	sent := time.Now()
 	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
+	// The Lock ends in the same step as the Release stops running, so
+	// that a racing Refresh that found the key gone (see notHeld) sees
+	// how it ended.
 	k.mu.Lock()
-	pending := k.pending
+	after := func() {}
+	switch {
+	case err != nil:
+		k.uncertain = true
+		if k.pending != nil {
+			after = k.endLocked(k.pending)
+		}
+	case !held:
+		err = k.lostErr("release found the lock gone or taken")
+		after = k.endLocked(err)
+	default:
+		after = k.endLocked(ErrReleased)
+	}
 	close(k.releasing)
 	k.releasing, k.pending = nil, nil
 	k.mu.Unlock()
-	switch {
-	case err != nil:
-		k.unknown(sent, 0)
-		if pending != nil {
-			k.end(pending)
-		}
-		return err
-	case !held:
-		return k.lost("release found the lock gone or taken")
-	}
-	k.end(ErrReleased)
-	return nil
+	after()
+	return err
 }
 
 // release runs the release script: see lua/release.lua. It reports
@@ -391,7 +401,7 @@ func (k *Lock) check() error {
 // ends the Lock as released if it released it (a Refresh or heartbeat
 // that raced it found the key it had just deleted), and as lost if not.
 func (k *Lock) lost(why string) error {
-	err := fmt.Errorf("%w: %s (token %d): %s", ErrLockLost, names.Quote(k.resource), k.token, why)
+	err := k.lostErr(why)
 	k.mu.Lock()
 	if k.releasing != nil && k.err == nil {
 		if k.pending == nil {
@@ -406,6 +416,11 @@ func (k *Lock) lost(why string) error {
 		return err
 	}
 	return ErrLockLost
+}
+
+// lostErr is the error of a Lock lost for the reason why.
+func (k *Lock) lostErr(why string) error {
+	return fmt.Errorf("%w: %s (token %d): %s", ErrLockLost, names.Quote(k.resource), k.token, why)
 }
 
 // notHeld is lost for a call that Redis answered that the Lock does not

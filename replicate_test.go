@@ -138,6 +138,7 @@ func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
 	ltEventually(t, func() bool {
 		return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, true, l, res) == 1
 	}, "the waiter to queue and subscribe")
+	time.Sleep(50 * time.Millisecond) // for its attempt once the subscription is confirmed
 	p.HoldRequests(1, 300*time.Millisecond)
 	require.NoError(t, holder.Release(ctx))
 	require.Equal(t, 1, p.Released(), "the release must have been held up")
