@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"io"
 	"runtime"
 	"testing"
 	"time"
@@ -100,4 +102,153 @@ func TestStalledPostgres(t *testing.T) {
 		t.Error("Tx ran fn, though the raise of the fence never got an answer")
 	default:
 	}
+}
+
+// A Tx whose database stalls while fn runs returns by its deadline, and
+// its transaction is doomed: once the database answers again, fn's
+// statements fail, nothing of it is committed, and the connection goes
+// back to the pool outside any transaction.
+func TestStalledPostgresInFn(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	b, p := proxiedPostgres(t)
+	e := newTxEnv(t, b)
+	e.mustTx("r", 5, "five")
+
+	fnDone := make(chan error, 1)
+	took, err := timed(t, timeout, func(ctx context.Context) error {
+		return e.s.Tx(ctx, "r", 7, func(tx *sql.Tx) error {
+			if err := e.insert(tx, "r", 7, "seven"); err != nil {
+				fnDone <- err
+				return err
+			}
+			p.stall()
+			err := e.insert(tx, "r", 7, "seven again") // stalls
+			if err == nil {
+				err = e.insert(tx, "r", 7, "seven once more")
+			}
+			fnDone <- err
+			return err
+		})
+	})
+	expectStalled(t, "Tx stalled in fn", timeout, took, err)
+
+	p.release()
+	select {
+	case err := <-fnDone:
+		t.Logf("fn's statements after the deadline: %v", err)
+		if err == nil {
+			t.Error("fn's statements all succeeded after Tx returned; want them to fail")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("fn still running 15 s after the database answered again")
+	}
+	e.expectIdle()
+	e.expectNotes("r", "five")
+	e.expectFence("r", 5)
+	e.mustTx("r", 8, "eight")
+	e.expectNotes("r", "five,eight")
+}
+
+// A SQLite database whose write lock another connection holds stalls
+// writers until the busy timeout (10 s in these tests), which
+// modernc.org/sqlite does not cut short when ctx ends: Put and Tx return
+// by their deadline all the same.
+func TestStalledSQLite(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	b := sqliteBackend(t)
+	s := b.newStore(t)
+	ctx := testCtx(t)
+	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	took, err := timed(t, timeout, func(ctx context.Context) error { return s.Put(ctx, "r", 6, []byte("six")) })
+	expectStalled(t, "Put", timeout, took, err)
+	took, err = timed(t, timeout, func(ctx context.Context) error {
+		return s.Tx(ctx, "r", 7, func(*sql.Tx) error {
+			t.Error("fn ran while another connection held the write lock")
+			return nil
+		})
+	})
+	expectStalled(t, "Tx", timeout, took, err)
+	if _, err := holder.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	holder.Close()
+
+	// The abandoned Put may still take effect once it gets the lock
+	// (the Tx cannot: its context has ended); either way the fence is
+	// respected and the pool is left idle.
+	deadline := time.Now().Add(15 * time.Second)
+	for b.db.Stats().InUse != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still in use 15 s after the lock was released", b.db.Stats().InUse)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if f, err := s.Fence(ctx, "r"); err != nil || (f != 5 && f != 6) {
+		t.Errorf("Fence = (%d, %v); want 5, or 6 if the abandoned Put went through", f, err)
+	}
+}
+
+// A database that cannot be reached gives errors wrapping ErrUnavailable
+// with the cause, and none of the errors about the data.
+func TestUnreachablePostgres(t *testing.T) {
+	b, p := proxiedPostgres(t)
+	s := b.newStore(t)
+	ctx := testCtx(t)
+	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	p.close() // the port is closed, the pool's connections dropped
+
+	check := func(what string, err error) {
+		t.Helper()
+		t.Logf("%s: %v", what, err)
+		if !errors.Is(err, fencedlock.ErrUnavailable) {
+			t.Errorf("%s = %v; want an error wrapping ErrUnavailable", what, err)
+		}
+		for _, not := range []error{fencedlock.ErrNotFound, fencedlock.ErrStaleToken, fencedlock.ErrInvalidArgument, fencedlock.ErrInvalidToken, context.DeadlineExceeded} {
+			if errors.Is(err, not) {
+				t.Errorf("%s = %v; it matches %v", what, err, not)
+			}
+		}
+	}
+	check("Put", s.Put(ctx, "r", 6, []byte("six")))
+	_, _, err := s.Get(ctx, "r")
+	check("Get", err)
+	_, _, err = s.Get(ctx, "never-written")
+	check("Get of a resource never written", err)
+	_, err = s.Fence(ctx, "r")
+	check("Fence", err)
+	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
+		t.Error("Tx ran fn on an unreachable database")
+		return nil
+	}))
+	_, err = sqlstore.NewContext(ctx, b.db, b.dialect, sqlstore.WithTable(b.name(t, "fences")))
+	check("NewContext", err)
+	check("Put with context.Background()", s.Put(context.Background(), "r", 6, []byte("six")))
+}
+
+// The errors fn returns pass through Tx as they are, even those that
+// look like connection trouble.
+func TestTxFnErrorNotUnavailable(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		e := newTxEnv(t, b)
+		mine := fmt.Errorf("fn read a truncated file: %w", io.ErrUnexpectedEOF)
+		err := e.s.Tx(e.ctx, "r", 3, func(*sql.Tx) error { return mine })
+		if err != mine {
+			t.Errorf("Tx = %v; want fn's error itself", err)
+		}
+		if errors.Is(err, fencedlock.ErrUnavailable) {
+			t.Errorf("Tx = %v; fn's error was made to match ErrUnavailable", err)
+		}
+	})
 }
