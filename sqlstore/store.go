@@ -116,7 +116,12 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // connection's temporary schema included: see WithTable) returns an error
 // wrapping fencedlock.ErrInvalidArgument, before the database is used. A
 // failure to create or check the table returns the database's error,
-// wrapped; the table may then exist or not.
+// wrapped; the table may then exist or not. A database that cannot be
+// reached, or does not answer before ctx ends, gives an error wrapping
+// fencedlock.ErrUnavailable and the cause (see Store.Put); NewContext
+// returns by ctx's deadline whatever the driver does, and the work it
+// leaves in the background ends when the database answers or the
+// connection closes.
 func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
@@ -265,8 +270,21 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 // holding a NUL byte, an error wrapping fencedlock.ErrInvalidArgument.
 // A nil value is stored as an empty one.
 //
-// After a database error the write may or may not have happened: see
-// fencedlock.Store.
+// A ctx that has ended before the call returns ctx.Err() as it is, and
+// nothing is sent. A database that cannot be reached or whose connection
+// breaks, a driver error whose SQLSTATE says so (class 08, 57P01-57P03,
+// 53300), and a ctx that ends while the database works, give an error
+// wrapping fencedlock.ErrUnavailable together with the cause (the net
+// error, the driver's error, ctx.Err()). Other database errors are
+// wrapped as they are.
+//
+// Put returns by ctx's deadline whatever the driver does: when ctx ends
+// first, it returns at once and leaves the statement to the driver,
+// which ends it when the database answers or the connection closes (see
+// the package documentation). After such an error, or any database
+// error, the write may or may not have happened, or may still happen:
+// see fencedlock.Store. The fence check holds all the same. Put keeps a
+// copy of value, not value itself.
 func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -303,7 +321,9 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 // row and the token that wrote it, which is lower than the row's fence
 // when a Tx with a higher token committed since (see Fence). A resource whose
 // row has a fence but no value yet (only Tx used it) returns an error
-// wrapping fencedlock.ErrNotFound, like one without a row.
+// wrapping fencedlock.ErrNotFound, like one without a row. Invalid names
+// and database errors are those of Put, ErrUnavailable included, and Get
+// too returns by ctx's deadline.
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
@@ -342,6 +362,7 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 // match or exceed. A resource that no accepted Put or committed Tx has
 // used returns an error wrapping fencedlock.ErrNotFound. When the fence is higher than any token the
 // Locker hands out (its counter was lost), pass it to Locker.Advance.
+// Errors are those of Get, and Fence too returns by ctx's deadline.
 func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return 0, err
@@ -388,11 +409,25 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 //
 // When fn returns an error, Tx rolls back, fn's writes and the fence's
 // raise alike, and returns fn's error as it is. When fn panics, Tx rolls
-// back and the panic goes on. When ctx ends before the commit,
-// database/sql rolls the transaction back and Tx returns an error wrapping
-// ctx.Err(). A failed commit returns the database's error, wrapped;
+// back and the panic goes on. A ctx that has ended before the call
+// returns ctx.Err() as it is, without calling fn. The database errors of
+// Tx's own statements (begin, raise, commit) are those of Put: a
+// database that cannot be reached, a broken connection and a ctx that
+// ends before the commit give errors wrapping fencedlock.ErrUnavailable
+// and the cause. A failed commit returns the database's error, wrapped;
 // whether the transaction was committed is then unknown only when the
-// connection broke during the commit.
+// connection broke during the commit, or ctx ended while it ran.
+//
+// Tx returns by ctx's deadline whatever the driver or fn does: when ctx
+// can end, the transaction and fn run in a goroutine of their own, and
+// when ctx ends first, Tx returns at once with an error wrapping
+// fencedlock.ErrUnavailable and ctx.Err(). fn may then still be running,
+// but its transaction is doomed: database/sql rolls back a transaction
+// whose ctx has ended, and refuses its commit, so fn's statements fail
+// and nothing it wrote is committed. The goroutine ends when fn returns
+// and the database answers or the connection closes. A panic of fn
+// after Tx has returned goes on in that goroutine, which ends the
+// program as any unrecovered panic does.
 //
 // Tx takes a connection of its own from db's pool for the transaction, and
 // returns it to the pool outside any transaction. A commit or rollback
