@@ -252,3 +252,36 @@ func TestTxFnErrorNotUnavailable(t *testing.T) {
 		}
 	})
 }
+
+// fn runs in a goroutine of Tx's own when ctx can end; a runtime.Goexit
+// in fn (t.FailNow, say) still ends the caller's goroutine, after the
+// rollback, as it would if fn ran there.
+func TestTxFnGoexit(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		e := newTxEnv(t, b)
+		returned := make(chan bool, 1)
+		go func() {
+			ended := true
+			defer func() { returned <- ended }()
+			e.s.Tx(e.ctx, "r", 3, func(tx *sql.Tx) error {
+				if err := e.insert(tx, "r", 3, "three"); err != nil {
+					return err
+				}
+				runtime.Goexit()
+				return nil
+			})
+			ended = false // not reached
+		}()
+		select {
+		case ended := <-returned:
+			if !ended {
+				t.Error("Tx returned after fn called runtime.Goexit; want the caller's goroutine to end")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Tx still running 10 s after fn called runtime.Goexit")
+		}
+		e.expectIdle()
+		e.expectNotes("r", "")
+		e.expectFence("r", 0)
+	})
+}
