@@ -97,9 +97,9 @@ func bounded(ctx context.Context, op, resource string, work func() error) error 
 	}
 	var (
 		mu       sync.Mutex
-		gaveUp   bool // the caller returned without work's outcome
+		gaveUp   bool // guarded by mu: the caller returned without work's outcome
 		finished = make(chan struct{})
-		out      outcome // work's outcome, set before finished is closed
+		out      outcome // guarded by mu: work's outcome, set before finished is closed
 	)
 	go func() {
 		normal := false
