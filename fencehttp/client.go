@@ -2,6 +2,7 @@ package fencehttp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // MaxErrorBody is the largest error response body CheckResponse parses:
@@ -30,7 +32,8 @@ const (
 // large or malformed. When the body is a problem of one of the types of
 // this package with its status, Err is the sentinel error the server's
 // error matched (fencedlock.ErrInvalidToken or fencedlock.ErrNotFound)
-// and errors.Is finds it through Unwrap; a 409 StaleTokenType problem
+// and errors.Is finds it through Unwrap; for a 502, 503 or 504 status, or
+// a body that failed to read, Err wraps fencedlock.ErrUnavailable; a 409 StaleTokenType problem
 // whose tokens are unusable, or whose "token" is not the token the
 // request sent, gives an Err that wraps fencedlock.ErrStaleToken and says
 // why.
@@ -104,7 +107,8 @@ func quote(s string) string {
 //     valid tokens, token below current: a *fencedlock.StaleTokenError
 //     with the problem's resource and tokens, which matches
 //     fencedlock.ErrStaleToken with errors.Is. With tokens missing, zero,
-//     malformed or in the wrong order: a *StatusError that matches
+//     malformed or in the wrong order, or a resource longer than
+//     fencedlock.MaxResourceLen: a *StatusError that matches
 //     ErrStaleToken (the server said so) but holds no tokens.
 //   - 409 with a StaleTokenType problem whose "token" is not the token
 //     the request sent, when resp.Request is not nil and carries exactly
@@ -115,10 +119,15 @@ func quote(s string) string {
 //   - 400 with an InvalidTokenType problem: a *StatusError matching
 //     fencedlock.ErrInvalidToken; 404 with a NotFoundType problem, one
 //     matching fencedlock.ErrNotFound.
+//   - 502 Bad Gateway, 503 Service Unavailable (WriteError's answer to
+//     an error matching fencedlock.ErrUnavailable) and 504 Gateway
+//     Timeout, whatever the body: a *StatusError matching
+//     fencedlock.ErrUnavailable. So does any response whose body fails
+//     to read (the answer was lost).
 //   - Anything else, including a 409 whose body is not a problem of
 //     StaleTokenType, a Content-Type other than application/problem+json
-//     (parameters allowed), a body that is not a JSON object, is larger
-//     than MaxErrorBody or fails to read, the error responses a handler
+//     (parameters allowed), a body that is not a JSON object or is larger
+//     than MaxErrorBody, the error responses a handler
 //     writes itself (http.Error with 400 or 413 for a body it cannot
 //     read), and 3xx statuses: a *StatusError that matches none of the
 //     sentinel errors of package fencedlock.
@@ -138,6 +147,26 @@ func quote(s string) string {
 // returns an error wrapping fencedlock.ErrInvalidArgument; a nil
 // resp.Body reads as empty and is left nil.
 func CheckResponse(resp *http.Response) error {
+	err := checkResponse(resp)
+	if e, ok := err.(*StatusError); ok && unavailableStatus(e.StatusCode) && !errors.Is(e.Err, fencedlock.ErrUnavailable) {
+		if e.Err == nil {
+			e.Err = fencedlock.ErrUnavailable
+		} else {
+			e.Err = fmt.Errorf("%w: %w", fencedlock.ErrUnavailable, e.Err)
+		}
+	}
+	return err
+}
+
+// unavailableStatus reports whether status says that the server, or a
+// proxy's upstream, could not answer: 502, 503 or 504.
+func unavailableStatus(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
+// checkResponse is CheckResponse but for the statuses that say the
+// backend is unavailable.
+func checkResponse(resp *http.Response) error {
 	if resp == nil {
 		return fmt.Errorf("fencehttp: %w: nil *http.Response", fencedlock.ErrInvalidArgument)
 	}
@@ -157,7 +186,8 @@ func CheckResponse(resp *http.Response) error {
 		resp.Body = &replayBody{r: io.MultiReader(bytes.NewReader(body), orig), orig: orig}
 		e.Body = excerpt(body)
 		if err != nil {
-			e.Err = fmt.Errorf("reading the body: %w", err)
+			// The answer was lost on its way.
+			e.Err = fmt.Errorf("%w: reading the body: %w", fencedlock.ErrUnavailable, err)
 			return e
 		}
 	}
@@ -229,6 +259,9 @@ func staleFrom(p received) (*fencedlock.StaleTokenError, error) {
 	}
 	if token >= current {
 		return nil, fmt.Errorf("%w, but the problem's token %v is not below its current token %v", fencedlock.ErrStaleToken, token, current)
+	}
+	if len(p.resource) > fencedlock.MaxResourceLen {
+		return nil, fmt.Errorf("%w, but the problem's resource %s is longer than %d bytes", fencedlock.ErrStaleToken, names.Quote(p.resource), fencedlock.MaxResourceLen)
 	}
 	return &fencedlock.StaleTokenError{Resource: p.resource, Token: token, Current: current}, nil
 }

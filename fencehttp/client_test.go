@@ -65,7 +65,7 @@ var (
 	// The sentinels of package fencedlock a response could be mapped to,
 	// ErrStaleToken first; CheckResponse never maps one to
 	// ErrInvalidArgument.
-	sentinels = []error{fencedlock.ErrStaleToken, fencedlock.ErrInvalidToken, fencedlock.ErrNotFound, fencedlock.ErrInvalidArgument}
+	sentinels = []error{fencedlock.ErrStaleToken, fencedlock.ErrInvalidToken, fencedlock.ErrNotFound, fencedlock.ErrInvalidArgument, fencedlock.ErrUnavailable}
 )
 
 func TestCheckResponse2xx(t *testing.T) {
@@ -155,6 +155,7 @@ func TestCheckResponseErrors(t *testing.T) {
 		{"stale, huge token", 409, problemJSON, staleBody(`"`+strings.Repeat("9", 1000)+`"`, `"42"`), fencedlock.ErrStaleToken, "1000 characters"},
 		{"stale, equal tokens", 409, problemJSON, staleBody(`"42"`, `"42"`), fencedlock.ErrStaleToken, "not below its current token"},
 		{"stale, token above current", 409, problemJSON, staleBody(`"43"`, `"42"`), fencedlock.ErrStaleToken, "token 43 is not below its current token 42"},
+		{"stale, resource too long", 409, problemJSON, strings.Replace(validStale, `"order-queue"`, `"`+strings.Repeat("r", fencedlock.MaxResourceLen+1)+`"`, 1), fencedlock.ErrStaleToken, "is longer than 1024 bytes"},
 
 		// Not a stale-token problem of this package: no sentinel.
 		{"409 application/json", 409, []string{"application/json"}, validStale, nil, "409 Conflict"},
@@ -178,7 +179,14 @@ func TestCheckResponseErrors(t *testing.T) {
 		{"400 not-found type", 400, problemJSON, problemBody(fencehttp.NotFoundType, 400), nil, "400 Bad Request"},
 		{"404 text", 404, []string{"text/plain"}, "404 page not found\n", nil, "404 Not Found"},
 		{"500 about:blank", 500, problemJSON, `{"type":"about:blank","title":"Internal Server Error","status":500}`, nil, "500 Internal Server Error"},
-		{"502 html", 502, []string{"text/html"}, "<html>bad gateway</html>", nil, "502 Bad Gateway"},
+		// The backend, or the proxy's upstream, could not answer.
+		{"502 html", 502, []string{"text/html"}, "<html>bad gateway</html>", fencedlock.ErrUnavailable, "502 Bad Gateway: fencedlock: backend unavailable"},
+		{"503 WriteError", 503, problemJSON, `{"type":"about:blank","title":"Service Unavailable","status":503}`, fencedlock.ErrUnavailable, "503 Service Unavailable: fencedlock: backend unavailable"},
+		{"503 no body", 503, nil, "", fencedlock.ErrUnavailable, "503 Service Unavailable"},
+		{"503 malformed problem", 503, problemJSON, "{", fencedlock.ErrUnavailable, "backend unavailable: malformed problem document"},
+		{"503 stale type", 503, problemJSON, validStale, fencedlock.ErrUnavailable, "503 Service Unavailable"},
+		{"504 text", 504, []string{"text/plain"}, "upstream timed out\n", fencedlock.ErrUnavailable, "504 Gateway Timeout"},
+		{"500 is not unavailable", 500, []string{"text/plain"}, "oops\n", nil, "500 Internal Server Error"},
 		{"302", 302, nil, "", nil, "302 Found"},
 		{"304", 304, nil, "", nil, "304 Not Modified"},
 		{"unknown status", 599, nil, "", nil, "status 599"},
@@ -298,6 +306,7 @@ func TestCheckResponseReadError(t *testing.T) {
 	require.True(t, errors.As(err, &statusErr), "%T %v", err, err)
 	assert.True(t, errors.Is(err, readErr))
 	assert.False(t, errors.Is(err, fencedlock.ErrStaleToken))
+	assert.True(t, errors.Is(err, fencedlock.ErrUnavailable), "the answer was lost: %v", err)
 	assert.Contains(t, err.Error(), "reading the body: connection reset by peer")
 	assert.Equal(t, validStale[:20], string(statusErr.Body))
 	assert.False(t, body.closed)

@@ -51,6 +51,15 @@
 //		return err
 //	}
 //
+// [Do] sends a request and calls CheckResponse for it; a request that
+// gets no answer (the server cannot be reached, the connection breaks,
+// the request's context ends) returns an error wrapping
+// [fencedlock.ErrUnavailable] with the cause, by the context's deadline.
+// [CheckResource] refuses a resource name that no store keeps (empty, or
+// longer than [fencedlock.MaxResourceLen]) before anything is sent; a
+// server calls it on the name a request carries, and WriteError answers
+// its error with 400. Error texts quote at most a short prefix of a name.
+//
 // The zero Token sends no header, which the server refuses as missing.
 // After an error, CheckResponse leaves the whole body on resp for the
 // caller to read: it puts back what it read. [TokenFromHeader] reads the
@@ -67,8 +76,15 @@
 //	fencedlock.ErrStaleToken           409     StaleTokenType    *fencedlock.StaleTokenError
 //	fencedlock.ErrInvalidToken         400     InvalidTokenType  *StatusError, Err ErrInvalidToken
 //	fencedlock.ErrNotFound             404     NotFoundType      *StatusError, Err ErrNotFound
+//	an error of CheckResource          400     about:blank       *StatusError, no sentinel
+//	fencedlock.ErrUnavailable          503     about:blank       *StatusError, Err ErrUnavailable
 //	anything else                      500     about:blank       *StatusError, no sentinel
 //	nil                                nothing is written
+//
+// CheckResponse maps every 502, 503 and 504, from WriteError or from a
+// proxy, and every error response whose body breaks off, to an error
+// matching fencedlock.ErrUnavailable: the backend did not answer. The 503
+// problem carries no detail, like a 500.
 //
 // fencedlock.ErrInvalidArgument is "anything else": it means the server's
 // own code misused an API (a nil database, a bad table name, a TTL below

@@ -83,7 +83,7 @@ func (s *service) last() error {
 }
 
 // startService starts s on an httptest.Server, closed when t ends.
-func startService(t *testing.T, s *service) (base string, client *http.Client) {
+func startService(t *testing.T, s http.Handler) (base string, client *http.Client) {
 	t.Helper()
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)

@@ -18,6 +18,8 @@ import (
 //	fencedlock.ErrStaleToken              409     StaleTokenType    see below
 //	fencedlock.ErrInvalidToken            400     InvalidTokenType  err.Error()
 //	fencedlock.ErrNotFound                404     NotFoundType      err.Error()
+//	an error of CheckResource             400     about:blank       err.Error()
+//	fencedlock.ErrUnavailable             503     about:blank       none
 //	any other error                       500     about:blank       none
 //
 // For a *fencedlock.StaleTokenError in err's chain, the 409 problem holds
@@ -30,7 +32,11 @@ import (
 // WriteError answers it with 500.
 //
 // The "detail" of a 400 or 404 problem is err.Error(), the text the
-// client sees: do not wrap such errors with secrets. For the errors of
+// client sees: do not wrap such errors with secrets. An error matching
+// fencedlock.ErrUnavailable (the store's database or Redis could not be
+// reached or did not answer in time) is 503 Service Unavailable, without
+// detail, which CheckResponse maps back to an error matching
+// ErrUnavailable. For the errors of
 // TokenFrom it only echoes the client's own input. A 500 problem has no
 // detail, so that no internal error text (a database address, a Redis
 // error) reaches the client: log err yourself. fencedlock.ErrInvalidArgument
@@ -90,6 +96,10 @@ func problemFor(err error) problem {
 		return problem{Type: InvalidTokenType, Title: "Invalid fencing token", Status: http.StatusBadRequest, Detail: detailOf(err)}
 	case errors.Is(err, fencedlock.ErrNotFound):
 		return problem{Type: NotFoundType, Title: "Resource not found", Status: http.StatusNotFound, Detail: detailOf(err)}
+	case errors.As(err, new(*resourceError)):
+		return problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: detailOf(err)}
+	case errors.Is(err, fencedlock.ErrUnavailable):
+		return problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable}
 	}
 	return internalProblem()
 }

@@ -28,6 +28,8 @@ func TestWriteError(t *testing.T) {
 	secret := errors.New("dial tcp 10.0.0.7:6379: password s3cr3t refused")
 	notFound := fmt.Errorf("%w: %q", fencedlock.ErrNotFound, "order-queue")
 	invalidArg := fmt.Errorf("%w: empty resource name", fencedlock.ErrInvalidArgument)
+	down := fmt.Errorf("sqlstore: put \"q\": %w: dial tcp 10.0.0.7:5432: connect: connection refused", fencedlock.ErrUnavailable)
+	longName := fencehttp.CheckResource(strings.Repeat("n", 1<<20))
 
 	tests := []struct {
 		name     string
@@ -67,6 +69,17 @@ func TestWriteError(t *testing.T) {
 		{"invalid argument", invalidArg, 500, "about:blank", "", "", "empty resource name"},
 		{"invalid argument, wrapped", fmt.Errorf("opening the store: %w", fencedlock.ErrInvalidArgument), 500, "about:blank", "", "", "invalid argument"},
 		{"invalid argument from TokenFrom(nil)", func() error { _, err := fencehttp.TokenFrom(nil); return err }(), 500, "about:blank", "", "", "nil"},
+
+		// The store's backend is down: 503, without its text.
+		{"unavailable", down, 503, "about:blank", "", "", "10.0.0.7"},
+		{"unavailable with the deadline", fmt.Errorf("%w: %w", fencedlock.ErrUnavailable, context.DeadlineExceeded), 503, "about:blank", "", "", "deadline"},
+		{"stale before unavailable", errors.Join(down, stale), 409, fencehttp.StaleTokenType, stale.Error(), `"resource":"order-queue","token":"41","current":"42"`, "10.0.0.7"},
+		{"not found before unavailable", errors.Join(down, notFound), 404, fencehttp.NotFoundType, errors.Join(down, notFound).Error(), "", ""},
+
+		// The client's resource name, refused by CheckResource: 400,
+		// with a short detail.
+		{"resource name too long", longName, 400, "about:blank", longName.Error(), "", strings.Repeat("n", 100)},
+		{"resource name empty", fencehttp.CheckResource(""), 400, "about:blank", fencehttp.CheckResource("").Error(), "", ""},
 
 		{"internal", secret, 500, "about:blank", "", "", "s3cr3t"},
 		{"internal, address", fmt.Errorf("reading: %w", secret), 500, "about:blank", "", "", "10.0.0.7"},

@@ -123,7 +123,9 @@
 //
 // and with github.com/mattn/go-sqlite3, file:app.db?_busy_timeout=5000&_journal_mode=WAL.
 // The wait for the write lock ends at the busy timeout, not when ctx
-// ends: modernc.org/sqlite does not interrupt it.
+// ends: modernc.org/sqlite does not interrupt it. The call returns when
+// ctx ends all the same (see below), and the connection stays busy in
+// the background until the busy timeout.
 //
 // database/sql opens several connections to one DSN, and every
 // connection to ":memory:" (or "file::memory:") opens a database of its
@@ -146,6 +148,29 @@
 // connection is never closed. Tx does not close it when ctx ends or the
 // commit fails (it rolls back on it instead), but a connection that
 // breaks, or that the pool retires, takes the database with it.
+//
+// # Unavailable databases and deadlines
+//
+// Every call that takes a ctx returns by ctx's deadline, whatever the
+// driver does: lib/pq, for one, waits for a stalled server's answer long
+// after ctx ended. When ctx can end, the call does its database work in a
+// goroutine, and returns when ctx ends with an error wrapping
+// [fencedlock.ErrUnavailable] and ctx.Err(); the work goes on in the
+// background until the database answers or the connection closes, and a
+// Put may still take effect then (its token is checked all the same). A
+// Tx left behind is doomed: database/sql rolls back a transaction whose
+// ctx has ended and refuses its commit.
+//
+// Errors that say the database could not be reached or the connection
+// broke (net errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
+// io.ErrUnexpectedEOF, a SQLSTATE of class 08, 57P01-57P03 or 53300 from
+// a driver error with a SQLState() string method, as lib/pq's and pgx's
+// have) wrap ErrUnavailable with the cause too, so that a caller handles
+// "the backend is down" alike for every store. Errors about the data (a
+// stale token, a missing resource, invalid input, a constraint) and the
+// errors fn returns never match it. SQLite's own errors (SQLITE_BUSY at
+// the busy timeout, a file that cannot be opened) are wrapped as they
+// are.
 //
 // # Writing in Tx
 //

@@ -5,9 +5,12 @@ import (
 	crand "crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +61,21 @@ func postgresBackend(t testing.TB) *backend {
 	}
 	t.Cleanup(func() { db.Close() })
 	return &backend{dialect: sqlstore.Postgres, db: db}
+}
+
+// proxiedPostgres returns a backend on the shared PostgreSQL server
+// whose every connection goes through a stallProxy.
+func proxiedPostgres(t testing.TB) (*backend, *stallProxy) {
+	t.Helper()
+	srv := pgtest.Shared(t)
+	p := newStallProxy(t, srv.Addr())
+	host, port, _ := net.SplitHostPort(p.addr())
+	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=%s dbname=postgres sslmode=disable connect_timeout=10", host, port, srv.User))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &backend{dialect: sqlstore.Postgres, db: db}, p
 }
 
 // name returns a fresh table name that starts with prefix.
@@ -130,4 +148,129 @@ func nullInt(n sql.NullInt64) string {
 		return "NULL"
 	}
 	return itoa(n.Int64)
+}
+
+// stallProxy forwards TCP connections to a server until stall is called;
+// from then on it holds the bytes it reads, in both directions, and
+// delivers them only after release. close ends every connection, as a
+// dropped network would. Its goroutines end with close.
+type stallProxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex    // protects the fields below
+	held    chan struct{} // non-nil while stalled: closed by release
+	conns   []net.Conn
+	closed  bool
+	wg      sync.WaitGroup
+	accepts int
+}
+
+// newStallProxy starts a proxy to target (host:port) on a loopback port,
+// closed at the end of the test.
+func newStallProxy(t testing.TB, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// addr returns the proxy's host:port.
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *stallProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		p.accepts++
+		p.conns = append(p.conns, c, s)
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+// pipe copies from src to dst, holding each chunk while the proxy is
+// stalled.
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			held := p.held
+			p.mu.Unlock()
+			if held != nil {
+				<-held
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stall makes the proxy hold every byte from now on, on the connections
+// it has and on those it accepts later (which it still accepts).
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+// release delivers the held bytes and forwards again.
+func (p *stallProxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+// close closes the listener and every connection, releases what is held,
+// and waits for the proxy's goroutines.
+func (p *stallProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/names"
 )
 
 // DefaultTable is the table a Store uses unless WithTable names another.
@@ -23,10 +24,11 @@ const DefaultTable = "fencedlock_fences"
 // (microseconds) stay far below it.
 const MaxToken fencedlock.Token = math.MaxInt64
 
-// MaxResourceLen is the longest resource name a Store accepts, in bytes.
-// PostgreSQL cannot index much longer keys (a B-tree entry holds at most
-// about 2700 bytes).
-const MaxResourceLen = 1024
+// MaxResourceLen is the longest resource name a Store accepts, in bytes:
+// fencedlock.MaxResourceLen, the limit of the whole library. (PostgreSQL
+// cannot index much longer keys: a B-tree entry holds at most about 2700
+// bytes.)
+const MaxResourceLen = fencedlock.MaxResourceLen
 
 // Store is a fencedlock.Store in a SQL database, whose Tx also fences the
 // caller's own SQL writes. Every resource has one row in the Store's table:
@@ -76,7 +78,7 @@ type config struct {
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if why := validTable(name); why != "" {
-			return fmt.Errorf("%w: sqlstore: table name %q has %s", fencedlock.ErrInvalidArgument, name, why)
+			return fmt.Errorf("%w: sqlstore: table name %s has %s", fencedlock.ErrInvalidArgument, names.Quote(name), why)
 		}
 		c.table = name
 		return nil
@@ -114,7 +116,12 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // connection's temporary schema included: see WithTable) returns an error
 // wrapping fencedlock.ErrInvalidArgument, before the database is used. A
 // failure to create or check the table returns the database's error,
-// wrapped; the table may then exist or not.
+// wrapped; the table may then exist or not. A database that cannot be
+// reached, or does not answer before ctx ends, gives an error wrapping
+// fencedlock.ErrUnavailable and the cause (see Store.Put); NewContext
+// returns by ctx's deadline whatever the driver does, and the work it
+// leaves in the background ends when the database answers or the
+// connection closes.
 func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
@@ -135,20 +142,26 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 		return nil, fmt.Errorf("%w: sqlstore: table name %q: %q is the schema of a connection's own temporary tables, which the other connections do not see", fencedlock.ErrInvalidArgument, c.table, schema)
 	}
 	s := &Store{db: db, dialect: d, table: c.table, q: newQueries(d, c.table)}
-	if c.create {
-		if _, err := db.ExecContext(ctx, s.q.create); err != nil {
-			// Two processes creating the table at once can make one
-			// CREATE fail in PostgreSQL; the table is there all the same.
-			if s.fits(ctx) == nil {
-				return s, nil
-			}
-			return nil, fmt.Errorf("sqlstore: creating table %s: %w", s.table, err)
-		}
-	}
-	if err := s.fits(ctx); err != nil {
+	if err := bounded(ctx, "new: table "+s.table, "", func() error { return s.prepare(ctx, c.create) }); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// prepare creates the Store's table, when create is set, and checks that
+// it fits.
+func (s *Store) prepare(ctx context.Context, create bool) error {
+	if create {
+		if _, err := s.db.ExecContext(ctx, s.q.create); err != nil {
+			// Two processes creating the table at once can make one
+			// CREATE fail in PostgreSQL; the table is there all the same.
+			if s.fits(ctx) == nil {
+				return nil
+			}
+			return dbErr(ctx, "new", "", "creating table "+s.table+": ", err)
+		}
+	}
+	return s.fits(ctx)
 }
 
 // fits checks that the Store's table has its columns, and a unique index
@@ -164,6 +177,9 @@ func (s *Store) fits(ctx context.Context) error {
 		err = rows.Close()
 	}
 	if err != nil {
+		if ctx.Err() != nil || connectionTrouble(err) {
+			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
+		}
 		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
 	}
 	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, "", int64(1), []byte{})
@@ -171,6 +187,9 @@ func (s *Store) fits(ctx context.Context) error {
 		err = rows.Close()
 	}
 	if err != nil {
+		if ctx.Err() != nil || connectionTrouble(err) {
+			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
+		}
 		return fmt.Errorf("sqlstore: table %s: planning the Put statement, whose ON CONFLICT (resource) needs a primary key or unique constraint on resource: %w", s.table, err)
 	}
 	return nil
@@ -209,9 +228,9 @@ func (s *Store) check(resource string) error {
 	case len(resource) > MaxResourceLen:
 		return fmt.Errorf("%w: sqlstore: resource name of %d bytes: the limit is %d", fencedlock.ErrInvalidArgument, len(resource), MaxResourceLen)
 	case !utf8.ValidString(resource):
-		return fmt.Errorf("%w: sqlstore: resource name %q is not valid UTF-8", fencedlock.ErrInvalidArgument, resource)
+		return fmt.Errorf("%w: sqlstore: resource name %s is not valid UTF-8", fencedlock.ErrInvalidArgument, names.Quote(resource))
 	case strings.IndexByte(resource, 0) >= 0:
-		return fmt.Errorf("%w: sqlstore: resource name %q holds a NUL byte", fencedlock.ErrInvalidArgument, resource)
+		return fmt.Errorf("%w: sqlstore: resource name %s holds a NUL byte", fencedlock.ErrInvalidArgument, names.Quote(resource))
 	}
 	return nil
 }
@@ -223,7 +242,7 @@ func checkToken(resource string, token fencedlock.Token) error {
 		return fencedlock.CheckToken(resource, token, 0)
 	}
 	if token > MaxToken {
-		return fmt.Errorf("%w: sqlstore: token %d for resource %q is above %d, the largest SQL BIGINT", fencedlock.ErrInvalidToken, token, resource, MaxToken)
+		return fmt.Errorf("%w: sqlstore: token %d for resource %s is above %d, the largest SQL BIGINT", fencedlock.ErrInvalidToken, token, names.Quote(resource), MaxToken)
 	}
 	return nil
 }
@@ -232,20 +251,9 @@ func checkToken(resource string, token fencedlock.Token) error {
 // table's CHECK constraints keep them positive.
 func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 	if v <= 0 {
-		return 0, fmt.Errorf("sqlstore: resource %q has %s %d in the table: not a token", resource, what, v)
+		return 0, fmt.Errorf("sqlstore: resource %s has %s %d in the table: not a token", names.Quote(resource), what, v)
 	}
 	return fencedlock.Token(v), nil
-}
-
-// dbErr wraps err, the error of a database call of op on resource. When
-// ctx has ended, the error wraps ctx.Err() too: some drivers report a
-// cancelled query with an error of their own (lib/pq: "canceling
-// statement due to user request").
-func dbErr(ctx context.Context, op, resource, step string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("sqlstore: %s %q: %s%w (%w)", op, resource, step, err, cerr)
-	}
-	return fmt.Errorf("sqlstore: %s %q: %s%w", op, resource, step, err)
 }
 
 // Put implements fencedlock.Store. It stores value and token in
@@ -262,8 +270,21 @@ func dbErr(ctx context.Context, op, resource, step string, err error) error {
 // holding a NUL byte, an error wrapping fencedlock.ErrInvalidArgument.
 // A nil value is stored as an empty one.
 //
-// After a database error the write may or may not have happened: see
-// fencedlock.Store.
+// A ctx that has ended before the call returns ctx.Err() as it is, and
+// nothing is sent. A database that cannot be reached or whose connection
+// breaks, a driver error whose SQLSTATE says so (class 08, 57P01-57P03,
+// 53300), and a ctx that ends while the database works, give an error
+// wrapping fencedlock.ErrUnavailable together with the cause (the net
+// error, the driver's error, ctx.Err()). Other database errors are
+// wrapped as they are.
+//
+// Put returns by ctx's deadline whatever the driver does: when ctx ends
+// first, it returns at once and leaves the statement to the driver,
+// which ends it when the database answers or the connection closes (see
+// the package documentation). After such an error, or any database
+// error, the write may or may not have happened, or may still happen:
+// see fencedlock.Store. The fence check holds all the same. Put keeps a
+// copy of value, not value itself.
 func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -274,11 +295,17 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if value == nil {
-		value = []byte{}
-	}
+	// The statement may outlive the call (see bounded): it gets a copy
+	// of value, which the caller may change once Put has returned.
+	value = append([]byte{}, value...)
 	var fence int64
-	if err := s.db.QueryRowContext(ctx, s.q.put, resource, int64(token), value).Scan(&fence); err != nil {
+	err := bounded(ctx, "put", resource, func() error {
+		return s.db.QueryRowContext(ctx, s.q.put, resource, int64(token), value).Scan(&fence)
+	})
+	if err != nil {
+		if errors.Is(err, fencedlock.ErrUnavailable) {
+			return err
+		}
 		return dbErr(ctx, "put", resource, "", err)
 	}
 	current, err := fenceToken(fence, "fence", resource)
@@ -294,7 +321,9 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 // row and the token that wrote it, which is lower than the row's fence
 // when a Tx with a higher token committed since (see Fence). A resource whose
 // row has a fence but no value yet (only Tx used it) returns an error
-// wrapping fencedlock.ErrNotFound, like one without a row.
+// wrapping fencedlock.ErrNotFound, like one without a row. Invalid names
+// and database errors are those of Put, ErrUnavailable included, and Get
+// too returns by ctx's deadline.
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
@@ -306,9 +335,14 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 		value []byte
 		token sql.NullInt64
 	)
-	err := s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+	err := bounded(ctx, "get", resource, func() error {
+		return s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+	})
+	if errors.Is(err, fencedlock.ErrUnavailable) {
+		return nil, 0, err
+	}
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !token.Valid {
-		return nil, 0, fmt.Errorf("%w: %q", fencedlock.ErrNotFound, resource)
+		return nil, 0, fmt.Errorf("%w: %s", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
 		return nil, 0, dbErr(ctx, "get", resource, "", err)
@@ -328,6 +362,7 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 // match or exceed. A resource that no accepted Put or committed Tx has
 // used returns an error wrapping fencedlock.ErrNotFound. When the fence is higher than any token the
 // Locker hands out (its counter was lost), pass it to Locker.Advance.
+// Errors are those of Get, and Fence too returns by ctx's deadline.
 func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return 0, err
@@ -336,9 +371,14 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 		return 0, err
 	}
 	var fence int64
-	err := s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+	err := bounded(ctx, "fence", resource, func() error {
+		return s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+	})
+	if errors.Is(err, fencedlock.ErrUnavailable) {
+		return 0, err
+	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %q has no fence", fencedlock.ErrNotFound, resource)
+		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
 		return 0, dbErr(ctx, "fence", resource, "", err)
@@ -369,11 +409,25 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 //
 // When fn returns an error, Tx rolls back, fn's writes and the fence's
 // raise alike, and returns fn's error as it is. When fn panics, Tx rolls
-// back and the panic goes on. When ctx ends before the commit,
-// database/sql rolls the transaction back and Tx returns an error wrapping
-// ctx.Err(). A failed commit returns the database's error, wrapped;
+// back and the panic goes on. A ctx that has ended before the call
+// returns ctx.Err() as it is, without calling fn. The database errors of
+// Tx's own statements (begin, raise, commit) are those of Put: a
+// database that cannot be reached, a broken connection and a ctx that
+// ends before the commit give errors wrapping fencedlock.ErrUnavailable
+// and the cause. A failed commit returns the database's error, wrapped;
 // whether the transaction was committed is then unknown only when the
-// connection broke during the commit.
+// connection broke during the commit, or ctx ended while it ran.
+//
+// Tx returns by ctx's deadline whatever the driver or fn does: when ctx
+// can end, the transaction and fn run in a goroutine of their own, and
+// when ctx ends first, Tx returns at once with an error wrapping
+// fencedlock.ErrUnavailable and ctx.Err(). fn may then still be running,
+// but its transaction is doomed: database/sql rolls back a transaction
+// whose ctx has ended, and refuses its commit, so fn's statements fail
+// and nothing it wrote is committed. The goroutine ends when fn returns
+// and the database answers or the connection closes. A panic of fn
+// after Tx has returned goes on in that goroutine, which ends the
+// program as any unrecovered panic does.
 //
 // Tx takes a connection of its own from db's pool for the transaction, and
 // returns it to the pool outside any transaction. A commit or rollback
@@ -395,6 +449,15 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	if fn == nil {
 		return fmt.Errorf("%w: sqlstore: Tx with a nil fn", fencedlock.ErrInvalidArgument)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return bounded(ctx, "tx", resource, func() error { return s.tx(ctx, resource, token, fn) })
+}
+
+// tx is Tx after its checks: the transaction, from taking a connection to
+// the commit.
+func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) error {
 	// A connection of its own, so that Tx can end the transaction on it
 	// when a commit or rollback fails, or discard it: some drivers leave
 	// the transaction open then (modernc.org/sqlite after a failed

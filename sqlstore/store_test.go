@@ -403,3 +403,57 @@ func TestSchema(t *testing.T) {
 		}
 	})
 }
+
+// A name far beyond MaxResourceLen is refused by every method with a
+// short message; names the Store refuses for other reasons are quoted
+// short too.
+func TestLongResourceNames(t *testing.T) {
+	if sqlstore.MaxResourceLen != fencedlock.MaxResourceLen {
+		t.Errorf("sqlstore.MaxResourceLen = %d; want fencedlock.MaxResourceLen, %d", sqlstore.MaxResourceLen, fencedlock.MaxResourceLen)
+	}
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		for _, name := range []string{
+			strings.Repeat("n", 1<<20),
+			strings.Repeat("n", sqlstore.MaxResourceLen+1),
+			strings.Repeat("n", 1000) + "\xff", // not UTF-8, within the limit
+			strings.Repeat("n", 1000) + "\x00", // a NUL byte
+		} {
+			errs := map[string]error{"Put": s.Put(ctx, name, 1, []byte("v"))}
+			_, _, errs["Get"] = s.Get(ctx, name)
+			_, errs["Fence"] = s.Fence(ctx, name)
+			errs["Tx"] = s.Tx(ctx, name, 1, func(*sql.Tx) error {
+				t.Errorf("Tx ran fn with a %d-byte name", len(name))
+				return nil
+			})
+			errs["Tx (token above MaxToken)"] = s.Tx(ctx, name[:10], sqlstore.MaxToken+1, func(*sql.Tx) error { return nil })
+			for op, err := range errs {
+				want := fencedlock.ErrInvalidArgument
+				if strings.Contains(op, "MaxToken") {
+					want = fencedlock.ErrInvalidToken
+				}
+				if !errors.Is(err, want) {
+					t.Errorf("%s(%d-byte name) = %.200v; want an error wrapping %v", op, len(name), err, want)
+				} else if len(err.Error()) >= 300 {
+					t.Errorf("%s(%d-byte name): a %d-byte message: %.200s...", op, len(name), len(err.Error()), err)
+				}
+			}
+		}
+		// A name of MaxResourceLen works; the errors of names just below
+		// it stay short.
+		long := strings.Repeat("l", sqlstore.MaxResourceLen)
+		if err := s.Put(ctx, long, 5, []byte("v")); err != nil {
+			t.Fatalf("Put(%d-byte name) = %v", len(long), err)
+		}
+		if _, _, err := s.Get(ctx, long); err != nil {
+			t.Fatalf("Get(%d-byte name) = %v", len(long), err)
+		}
+		if _, _, err := s.Get(ctx, long[1:]); !errors.Is(err, fencedlock.ErrNotFound) || len(err.Error()) >= 300 {
+			t.Errorf("Get(%d-byte name never written) = %.200v (%d bytes); want a short ErrNotFound", len(long)-1, err, len(err.Error()))
+		}
+		if _, err := s.Fence(ctx, long[1:]); !errors.Is(err, fencedlock.ErrNotFound) || len(err.Error()) >= 300 {
+			t.Errorf("Fence(%d-byte name never written) = %.200v (%d bytes); want a short ErrNotFound", len(long)-1, err, len(err.Error()))
+		}
+	})
+}
