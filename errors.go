@@ -94,7 +94,7 @@ type StaleTokenError struct {
 
 // Error reports the resource and both tokens.
 func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("fencedlock: stale fencing token %d for resource %q: store holds %d", e.Token, e.Resource, e.Current)
+	return fmt.Sprintf("fencedlock: stale fencing token %d for resource %s: store holds %d", e.Token, names.Quote(e.Resource), e.Current)
 }
 
 // Is reports whether target is ErrStaleToken.

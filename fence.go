@@ -1,6 +1,10 @@
 package fencedlock
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fencedlock/fencedlock/internal/names"
+)
 
 // CheckToken is the fencing rule, the one every Store applies to every
 // write. token is the writer's and current is the token stored with the
@@ -18,7 +22,7 @@ import "fmt"
 // write; package fencetest checks that it does.
 func CheckToken(resource string, token, current Token) error {
 	if token == 0 {
-		return fmt.Errorf("%w: zero token for resource %q", ErrInvalidToken, resource)
+		return fmt.Errorf("%w: zero token for resource %s", ErrInvalidToken, names.Quote(resource))
 	}
 	if token < current {
 		return &StaleTokenError{Resource: resource, Token: token, Current: current}
