@@ -15,8 +15,9 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// ltDeadlineSlack is how long past its ctx deadline a call may return.
-const ltDeadlineSlack = 50 * time.Millisecond
+// ltDeadlineSlack is how long past its ctx deadline a call may return
+// (more under the race detector: see ltRaceSlack).
+const ltDeadlineSlack = 50*time.Millisecond + ltRaceSlack
 
 // ltClientKinds are the go-redis clients the deadline tests run with: the
 // default, which does not heed ctx deadlines, and one that does.

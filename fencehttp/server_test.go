@@ -78,7 +78,7 @@ func TestWriteError(t *testing.T) {
 
 		// The client's resource name, refused by CheckResource: 400,
 		// with a short detail.
-		{"resource name too long", longName, 400, "about:blank", longName.Error(), "", strings.Repeat("n", 100)},
+		{"resource name too long", longName, 400, "about:blank", longName.Error(), "", strings.Repeat("n", 200)},
 		{"resource name empty", fencehttp.CheckResource(""), 400, "about:blank", fencehttp.CheckResource("").Error(), "", ""},
 
 		{"internal", secret, 500, "about:blank", "", "", "s3cr3t"},
