@@ -10,20 +10,27 @@ import (
 // Sentinel errors. Compare with errors.Is: the library wraps them with
 // detail (the resource, the argument, the cause).
 var (
-	// ErrNotAcquired means the lock is held by someone else. TryAcquire
-	// returns it at once; Acquire returns it wrapped together with the
-	// context's error when the context ends before the lock is free.
+	// ErrNotAcquired means Redis answered that another owner holds the
+	// lock (or that it is free but promised to a queued waiter).
+	// TryAcquire returns it at once; Acquire returns it wrapped together
+	// with the context's error when the context ends while the last answer
+	// said so. A context done before the call also returns it, with the
+	// context's error. It is never returned for an unreachable Redis: see
+	// ErrUnavailable.
 	ErrNotAcquired = errors.New("fencedlock: lock not acquired")
 
-	// ErrLockLost means this Lock no longer holds its key in Redis: it
-	// expired, was released, or was taken over. Nothing was changed in
-	// Redis (but for a Release whose lost reply the client retried: see
-	// Lock.Release). Writes made with its token may still be accepted by a store
-	// until a newer token is used; stop working and acquire again.
+	// ErrLockLost means Redis answered that this Lock no longer holds its
+	// key (it expired or was taken over), or that the lease ran out by the
+	// local clock before a refresh succeeded. Nothing was changed in Redis
+	// (but for a Release whose lost reply the client retried: see
+	// Lock.Release). Writes made with its token may still be accepted by a
+	// store until a newer token is used; stop working and acquire again.
+	// It is never returned for an unreachable Redis, nor for a Lock that
+	// Release released.
 	ErrLockLost = errors.New("fencedlock: lock lost")
 
 	// ErrReleased is what Lock.Err returns once Release has released the
-	// lock. Calls on a released Lock return errors wrapping both it and
+	// lock. Calls on a released Lock return errors wrapping it, and not
 	// ErrLockLost.
 	ErrReleased = errors.New("fencedlock: lock released")
 
