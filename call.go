@@ -25,7 +25,7 @@ import (
 func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctxEnded(ctx); err != nil {
-		return zero, err
+		return zero, &notSentError{err}
 	}
 	if ctx.Done() == nil { // never ends: no need for a goroutine
 		return f(ctx)
@@ -51,6 +51,13 @@ func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 		}
 	}
 }
+
+// notSentError is bounded's error when ctx had ended before anything was
+// sent: it wraps ctx's error.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 // ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's
 // deadline has passed although its timer has not fired yet.
@@ -86,6 +93,10 @@ func redisErr(ctx context.Context, op, name string, err error, keys ...string) e
 			return fmt.Errorf("%w: %s %s: key %s holds a value of the wrong type: %w", ErrCorrupt, op, names.Quote(name), strings.Join(quoteAll(keys), " or "), err)
 		}
 	}
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		return fmt.Errorf("fencedlock: %s %s: nothing sent, the context had ended: %w", op, names.Quote(name), err)
+	}
 	cerr := ctxEnded(ctx)
 	switch {
 	case cerr != nil && errors.Is(err, cerr):
@@ -112,10 +123,15 @@ func isServerError(err error) bool {
 }
 
 // unsent reports whether err proves that the command never reached Redis:
-// no connection could be made or had. (go-redis may have sent an earlier
-// copy before a retry that failed so; Redis then ran it with nobody told,
-// as with any reply lost, and its TTL bounds the harm.)
+// ctx had ended before it was sent, or no connection could be made or
+// had. (go-redis may have sent an earlier copy before a retry that failed
+// so; Redis then ran it with nobody told, as with any reply lost, and its
+// TTL bounds the harm.)
 func unsent(err error) bool {
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		return true
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true

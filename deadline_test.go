@@ -217,3 +217,66 @@ func ltNoGoroutinesLeftWithin(t *testing.T, d time.Duration) {
 	}
 	ltNoGoroutinesLeft(t)
 }
+
+// A second Release waits for a first one still running no longer than its
+// own ctx.
+func TestSecondReleaseKeepsItsDeadline(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	s := ltNewStalled(t, b, false)
+	lock := ltTryAcquire(t, ctx, s.l, "twice", ltLongTTL)
+	s.p.Pause()
+	first := make(chan error, 1)
+	go func() { first <- lock.Release(context.Background()) }() // bounded by go-redis's timeouts alone
+	time.Sleep(20 * time.Millisecond)
+	ltWithin(t, "second Release", 200*time.Millisecond, func(ctx context.Context) error {
+		err := lock.Release(ctx)
+		assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
+		return err
+	})
+	s.p.Resume()
+	<-first
+	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+}
+
+// Waiters of one Locker on a Redis that has not answered any of them yet
+// report it unavailable, not the lock as held: the first waiter, and the
+// ones queued behind it in the process.
+func TestWaitersBeforeAnyAnswerAreUnavailable(t *testing.T) {
+	b := redistest.Real(t)
+	s := ltNewStalled(t, b, false)
+	ltGrant(t, ltCtx(t), s.l, "warm-up")
+	s.p.Pause()
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ltWithin(t, fmt.Sprintf("waiter %d", i), 300*time.Millisecond, func(ctx context.Context) error {
+				_, err := s.l.Acquire(ctx, "stalled", ltLongTTL)
+				assert.ErrorIs(t, err, fencedlock.ErrUnavailable, "waiter %d", i)
+				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "waiter %d", i)
+				return err
+			})
+		}(i)
+	}
+	wg.Wait()
+	s.p.Resume()
+	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+}
+
+// Do returns within its ctx even when the release after fn gets no
+// answer: the release goes on in the background.
+func TestDoKeepsItsDeadlineWhenTheReleaseStalls(t *testing.T) {
+	b := redistest.Real(t)
+	s := ltNewStalled(t, b, false)
+	ltWithin(t, "Do", 400*time.Millisecond, func(ctx context.Context) error {
+		return s.l.Do(ctx, "do", ltLongTTL, func(fctx context.Context, lock *fencedlock.Lock) error {
+			s.p.Pause()
+			<-fctx.Done()
+			return fctx.Err()
+		})
+	})
+	s.p.Resume()
+	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+}

@@ -2,6 +2,7 @@ package fencedlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -131,7 +132,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		switch {
 		case err == nil:
 			k.hold(sent, ttl)
-		case err == errNotHeld:
+		case errors.Is(err, errNotHeld):
 			k.lost("refresh found the lock gone or taken")
 			return
 		case !time.Now().Before(deadline):
@@ -147,8 +148,8 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 // Do runs fn while holding the lock on resource. It acquires the lock
 // like Acquire, waiting until it is free or ctx is done, keeps it with a
 // heartbeat at a third of ttl (see WithHeartbeat), runs fn, and releases
-// the lock when fn returns or panics, within a short timeout of its own
-// even when ctx is done.
+// the lock when fn returns or panics: within ctx, or, once ctx is done,
+// in the background within a second.
 //
 // fn's context is cancelled the moment the lock is found lost, with a
 // cause wrapping ErrLockLost (read it with context.Cause), and when ctx is
@@ -177,9 +178,9 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 	lock.mu.Unlock()
 	defer func() {
 		cancel(context.Canceled)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer rcancel()
-		_ = lock.Release(rctx)
+		// Within ctx, and within a second in the background once ctx
+		// has ended; a failure then is logged (see WithLogger).
+		_ = l.cleanUp(ctx, resource, "release after Do", lock.Release)
 	}()
 	return fn(fnCtx, lock)
 }

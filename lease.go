@@ -33,7 +33,7 @@ type Lock struct {
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
-	releaseMu sync.Mutex // held by Release: one at a time
+	releaseSem chan struct{} // one slot, taken by a running Release
 
 	mu        sync.Mutex         // guards the fields below
 	base      time.Time          // local time before the last successful grant or refresh was sent
@@ -207,10 +207,12 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	switch err := k.refresh(ctx, ttl); {
-	case err == errNotHeld:
+	case errors.Is(err, errNotHeld):
 		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
-		k.unknown(sent, ttl)
+		if !unsent(err) {
+			k.unknown(sent, ttl)
+		}
 		return err
 	}
 	k.hold(sent, ttl)
@@ -272,10 +274,17 @@ func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err
 	}
-	// One Release at a time: a second one waits, then finds the Lock
-	// released and sends nothing.
-	k.releaseMu.Lock()
-	defer k.releaseMu.Unlock()
+	if err := ctxEnded(ctx); err != nil {
+		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
+	}
+	// One Release at a time: a second one waits (while its ctx lasts),
+	// then finds the Lock released and sends nothing.
+	select {
+	case k.releaseSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
+	}
+	defer func() { <-k.releaseSem }()
 	k.mu.Lock()
 	err, stop := k.err, k.stop
 	if err == nil {
@@ -299,9 +308,16 @@ func (k *Lock) Release(ctx context.Context) error {
 	after := func() {}
 	switch {
 	case err != nil:
-		k.uncertain = true
-		if k.pending != nil {
+		if !unsent(err) {
+			k.uncertain = true
+		}
+		switch {
+		case k.pending != nil:
 			after = k.endLocked(k.pending)
+		case stop != nil:
+			// Its heartbeat is stopped: the Lock ends as lost when its
+			// lease runs out, unless a Release or Refresh succeeds first.
+			k.expireLocked()
 		}
 	case !held:
 		err = k.lostErr("release found the lock gone or taken")
@@ -383,7 +399,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, k.notHeld(ctx, "the lock is gone or taken")
 	}
 	if ms < 0 {
-		return 0, fmt.Errorf("fencedlock: ttl %s: lock key has no expiry (pttl %d)", names.Quote(k.resource), ms)
+		return 0, fmt.Errorf("%w: ttl %s: lock key %s has no expiry (pttl %d)", ErrCorrupt, names.Quote(k.resource), names.Quote(k.keys[keyLock]), ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -403,19 +419,36 @@ func (k *Lock) check() error {
 func (k *Lock) lost(why string) error {
 	err := k.lostErr(why)
 	k.mu.Lock()
+	after := func() {}
 	if k.releasing != nil && k.err == nil {
 		if k.pending == nil {
 			k.pending = err
 		}
-		k.mu.Unlock()
-		return err
+	} else {
+		after = k.endLocked(err)
 	}
 	k.mu.Unlock()
-	k.end(err)
-	if err := k.ended(); err != nil {
-		return err
+	after()
+	if ended := k.ended(); ended != nil {
+		return ended
 	}
-	return ErrLockLost
+	return err
+}
+
+// expireLocked ends the Lock as lost once its lease has run out by the
+// local clock (k.until), unless it has ended by then or a Refresh has
+// moved the lease on. k.mu is held.
+func (k *Lock) expireLocked() {
+	time.AfterFunc(time.Until(k.until), func() {
+		k.mu.Lock()
+		if k.err == nil && time.Now().Before(k.until) {
+			k.expireLocked()
+			k.mu.Unlock()
+			return
+		}
+		k.mu.Unlock()
+		k.lost("no Release or Refresh succeeded within its TTL")
+	})
 }
 
 // lostErr is the error of a Lock lost for the reason why.

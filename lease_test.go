@@ -91,3 +91,52 @@ func TestTryAcquireWithDoneContext(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// A Release whose ctx is done before the call sends nothing and changes
+// nothing: the heartbeat goes on and the Lock stays held.
+func TestReleaseWithDoneContextChangesNothing(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	l := ltLocker(b)
+	const ttl = 300 * time.Millisecond
+	lock, err := l.Acquire(ctx, "done", ttl, fencedlock.WithHeartbeat(0))
+	require.NoError(t, err)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	err = lock.Release(cancelled)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, "nothing was sent")
+	time.Sleep(2 * ttl)
+	require.NoError(t, lock.Err(), "the heartbeat stopped")
+	left, err := lock.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, left, ttl/3)
+	require.NoError(t, lock.Release(ctx))
+	ltRequireReleased(t, lock.Err(), "Err")
+}
+
+// A Release without an answer stops the heartbeat; the Lock then ends as
+// lost once its lease runs out by the local clock, rather than claiming to
+// be held for ever.
+func TestReleaseWithoutAnswerEndsTheLockAtItsLease(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	s := ltNewStalled(t, b, false)
+	const ttl = 300 * time.Millisecond
+	lock, err := s.l.Acquire(ctx, "unknown", ttl, fencedlock.WithHeartbeat(0))
+	require.NoError(t, err)
+	s.p.Pause()
+	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err = lock.Release(rctx)
+	cancel()
+	assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
+	require.NoError(t, lock.Err(), "a Release without an answer ended the Lock")
+	select {
+	case <-lock.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the Lock did not end when its lease ran out")
+	}
+	assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
+	s.p.Resume()
+	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+}

@@ -189,7 +189,7 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
 	nonce := hex.EncodeToString(b[:])
-	k := &Lock{locker: l, resource: resource, owner: nonce + ":"}
+	k := &Lock{locker: l, resource: resource, owner: nonce + ":", releaseSem: make(chan struct{}, 1)}
 	// One allocation for all the names: the keys are slices of it.
 	base := keyFor(l.prefix, resource, "")
 	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"

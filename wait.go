@@ -100,8 +100,9 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	if !head {
 		select {
 		case <-ctx.Done():
+			err := l.endedWaiting(q, resource, ctx)
 			l.leave(q, w)
-			return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), ctx.Err())
+			return nil, err
 		case <-w.wake:
 		}
 	}
@@ -141,6 +142,21 @@ type waitQueue struct {
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
 	idleGen  uint64        // tells the idle timer of now from earlier ones
+	heard    bool          // Redis has answered an attempt of this queue's waiters
+}
+
+// endedWaiting is the error of a waiter of q whose ctx ended before its
+// own attempt: ErrNotAcquired when Redis has answered one of q's waiters
+// (and so said the lock is held), else ErrUnavailable: Redis has not
+// answered at all yet.
+func (l *Locker) endedWaiting(q *waitQueue, resource string, ctx context.Context) error {
+	l.mu.Lock()
+	heard := q.heard
+	l.mu.Unlock()
+	if heard {
+		return fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), ctxEnded(ctx))
+	}
+	return fmt.Errorf("%w: acquire %s: no answer from Redis before the context ended: %w", ErrUnavailable, names.Quote(resource), ctxEnded(ctx))
 }
 
 // nudge wakes w unless a nudge is pending already.
@@ -251,7 +267,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 			return sent, nil
 		}
 		refused = sent
-		l.refused(w, r)
+		l.refused(q, w, r)
 		wait := min(max(life/3, cfg.minDelay), cfg.maxDelay)
 		if r.wait >= 0 {
 			// PTTL counts whole milliseconds left, rounded down: 0 is
@@ -294,11 +310,10 @@ func acquireErr(ctx context.Context, err error) error {
 
 // quit ends the wait of w when ctx is done: out of the local queue, and,
 // if it was queued in Redis, out of the Redis queue, passing on a lock
-// handed to it meanwhile. The last answer from Redis said the lock was
-// held: the error wraps ErrNotAcquired and ctx's error.
+// handed to it meanwhile. Its error is endedWaiting's.
 func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
+	err := l.endedWaiting(q, w.lock.resource, ctx)
 	l.leave(q, w)
-	err := fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(w.lock.resource), ctxEnded(ctx))
 	if t := l.takeGrant(w); !queued && t == 0 {
 		return err
 	}
@@ -322,15 +337,19 @@ func (l *Locker) takeGrant(w *waiter) Token {
 	return t
 }
 
-// late reports whether a grant with token t was made before w's last
-// refused attempt ran (t is at or below its floor), so has ended since.
-// The Locker's mu is held.
-func (w *waiter) late(t Token) bool { return t <= w.floor }
+// late reports whether a grant with token t may have been made before w's
+// last refused attempt ran (t is at or below its floor), so may have
+// ended since. Without a floor (no refusal yet, or a counter the refusal
+// could not read) every grant may be late: the waiter's next attempt
+// tells, as its script returns a grant still held by it. The Locker's mu
+// is held.
+func (w *waiter) late(t Token) bool { return w.floor == 0 || t <= w.floor }
 
 // refused records what w's last refused attempt learned.
-func (l *Locker) refused(w *waiter, r refusal) {
+func (l *Locker) refused(q *waitQueue, w *waiter, r refusal) {
 	l.mu.Lock()
 	w.floor = r.floor
+	q.heard = true
 	l.mu.Unlock()
 }
 
@@ -345,10 +364,14 @@ func (l *Locker) handedOn(resource, owner string, token Token) {
 		return
 	}
 	w := q.waiters[0]
-	if w.granted != 0 || w.lock.owner.(string) != owner || w.late(token) {
+	if w.granted != 0 || w.lock.owner.(string) != owner {
 		return
 	}
-	w.granted = token
+	if !w.late(token) {
+		w.granted = token
+	}
+	// A late grant still wakes the waiter: its next attempt finds out
+	// whether the grant is still its own.
 	w.nudge()
 }
 
