@@ -115,8 +115,12 @@
 //	a key holds what the library did not write  ErrCorrupt           repair the key
 //
 // After a Release or Refresh whose outcome is unknown (ErrUnavailable),
-// the Lock is not ended, but it no longer counts as certainly held until
-// a Refresh succeeds; Release may be called again.
+// the Lock is not ended, and Release may be called again. Until a Refresh
+// succeeds it no longer counts as certainly held: a Refresh that may have
+// shortened the lock brings the heartbeat's deadline forward, and a Lock
+// whose heartbeat a failed Release stopped ends as lost when its lease
+// runs out by the local clock. A call whose ctx was done before it sent
+// anything changes nothing.
 //
 // # What is promised
 //
@@ -190,6 +194,9 @@
 // Lockers in many processes coordinate through one Redis; a Locker keeps
 // in the process only its queue of waiting goroutines and its
 // subscription. A Lock with a heartbeat runs one goroutine until it is
-// released or lost; a Locker with waiters runs one per subscription,
-// which ends a second after the last waiter left.
+// released or lost; a Locker with waiters runs two per subscription
+// connection (one sends its requests, one reads what it receives, besides
+// go-redis's own), which end a second after the last waiter left. A call
+// whose ctx ends before Redis answers leaves its command to finish in the
+// background within the client's timeouts.
 package fencedlock
