@@ -36,8 +36,8 @@ import (
 // redislock's Options.Token, or a redsync WithGenValueFunc that returns,
 // say, the host name.
 //
-// IssueToken keeps two keys per lockKey, without expiry, in lockKey's
-// Redis Cluster hash slot: the counter, IssuedTokenKey(lockKey), and the
+// IssueToken keeps two keys per lockKey, which expire once lockKey has
+// been idle (see WithIdleExpiry), in lockKey's Redis Cluster hash slot: the counter, IssuedTokenKey(lockKey), and the
 // record of the last grant's value and token. A lockKey with a hash tag
 // ("locks:{orders}") shares its tag with them. It changes nothing in
 // lockKey itself: not its value, not its TTL.
@@ -67,7 +67,7 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return issueScript.Run(ctx, l.client, []string{lockKey, counter, record}, ownerValue).Slice()
+		return issueScript.Run(ctx, l.client, []string{lockKey, counter, record}, ownerValue, l.idleMS).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)

@@ -236,7 +236,7 @@ func (k *Lock) certain() bool {
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return refreshScript.Run(ctx, k.locker.client, k.keys[:1], k.owner, ttl.Milliseconds()).Int64()
+		return refreshScript.Run(ctx, k.locker.client, k.keys[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleMS).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
@@ -337,7 +337,7 @@ func (k *Lock) Release(ctx context.Context) error {
 // the lock was handed to, if any (owner is "" if none).
 func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (bool, string, Token, error) {
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS).Slice()
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS, k.locker.idleMS).Slice()
 	})
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])

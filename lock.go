@@ -43,6 +43,8 @@ type Locker struct {
 	err    error // set by New for a configuration that cannot work
 
 	replicas *replicaWait  // set by WithReplicas
+	idle     time.Duration // set by WithIdleExpiry
+	idleMS   int64         // idle in milliseconds, for the scripts
 	logger   *slog.Logger  // set by WithLogger
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
@@ -52,7 +54,8 @@ type Locker struct {
 	sharded int8                   // 0: not known yet; 1: SSUBSCRIBE; -1: SUBSCRIBE
 }
 
-// Option configures a Locker in New: WithPrefix, WithReplicas, WithLogger. A nil
+// Option configures a Locker in New: WithPrefix, WithReplicas,
+// WithIdleExpiry, WithLogger. A nil
 // Option is ignored.
 type Option func(*Locker)
 
@@ -74,19 +77,52 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, cleanups: make(chan struct{}, maxCleanups)}
+	l := &Locker{client: client, prefix: DefaultPrefix, idle: DefaultIdleExpiry, cleanups: make(chan struct{}, maxCleanups)}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
 		}
 	}
+	l.idleMS = l.idle.Milliseconds()
 	switch {
 	case isNil(client):
 		l.err = invalidArg("nil redis client")
+	case l.idle < 0 || (l.idle > 0 && l.idle < time.Second):
+		l.err = invalidArg("WithIdleExpiry(%v): the idle expiry must be 0 (none) or at least 1s", l.idle)
 	case l.replicas != nil:
 		l.err = l.replicas.check(client)
 	}
 	return l
+}
+
+// DefaultIdleExpiry is the idle expiry of a Locker's keys unless
+// WithIdleExpiry sets another.
+const DefaultIdleExpiry = 24 * time.Hour
+
+// WithIdleExpiry makes the token counter the Locker keeps for a resource,
+// and the keys IssueToken writes for a lock key (its counter and grant
+// record), expire once the resource or lock key has been idle for d: no
+// lock held, nobody waiting, no grant or token issued in the last d. The
+// default is DefaultIdleExpiry; 0 keeps them for ever. The Locker's other
+// keys expire on their own whatever d is: the lock with its TTL, the queue
+// of waiters once no waiter renews its place, and the marker of an
+// abandoned attempt 16 minutes after the attempt's TTL (longer than TCP
+// retransmits a request). A negative d, or
+// one below one second, makes every call of the Locker return an error
+// wrapping ErrInvalidArgument.
+//
+// Safety does not move: a counter that has expired is seeded again from
+// the Redis server clock, as after FLUSHALL, so the next token is above
+// every earlier one, provided the server clock does not step back by more
+// than d. A counter ahead of the clock (raised by Advance or
+// AdvanceIssued) never expires, and a held lock's counter never expires
+// before the lock does: each grant and each Refresh (the heartbeat's too)
+// keeps it for the lock's TTL plus d. IssueToken sees the other library's
+// lock key only when asked: it keeps its keys for the lock key's TTL at
+// that moment plus d, and for ever for a lock key without expiry. Values
+// in a RedisStore are the user's data: they never expire.
+func WithIdleExpiry(d time.Duration) Option {
+	return func(l *Locker) { l.idle = d }
 }
 
 // isNil reports whether an interface holds nil or a nil pointer.
@@ -106,7 +142,8 @@ func isNil(v any) bool {
 func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }
 
 // TokenKey returns the Redis key that holds resource's token counter. It
-// has no TTL: it outlives every lock on the resource.
+// outlives every lock on the resource, and expires once the resource has
+// been idle (see WithIdleExpiry).
 func (l *Locker) TokenKey(resource string) string { return l.key(resource, "token") }
 
 func (l *Locker) key(resource, kind string) string {
@@ -276,7 +313,7 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		lifeArg = life.Milliseconds()
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg).Slice()
+		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg, l.idleMS).Slice()
 	})
 	if err != nil {
 		rerr := redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])

@@ -309,9 +309,9 @@ func TestWithReplicasFailures(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: rp.master.Options().Addr})
 		t.Cleanup(func() { _ = c.Close() })
 		l := fencedlock.New(c, fencedlock.WithReplicas(1, time.Second))
-		// The refresh is the only script with one key.
+		// The refresh is the only script with two keys (lock and counter).
 		h := &rpHook{cmd: "evalsha", before: func(ctx context.Context, cmd redis.Cmder) error {
-			if fmt.Sprint(cmd.Args()[2]) == "1" {
+			if fmt.Sprint(cmd.Args()[2]) == "2" {
 				return rp.master.Del(ctx, l.LockKey(res)).Err()
 			}
 			return nil

@@ -7,6 +7,8 @@ import (
 )
 
 var (
+	//go:embed lua/idle.lua
+	idleLua string
 	//go:embed lua/counter.lua
 	counterLua string
 	//go:embed lua/acquire.lua
@@ -32,11 +34,11 @@ var (
 // The scripts run with EVALSHA, falling back to EVAL once per server when
 // the script cache does not hold them.
 var (
-	acquireScript = redis.NewScript(counterLua + queueLua + acquireLua)
+	acquireScript = redis.NewScript(idleLua + counterLua + queueLua + acquireLua)
 	advanceScript = redis.NewScript(counterLua + advanceLua)
-	releaseScript = redis.NewScript(counterLua + queueLua + releaseLua)
-	refreshScript = redis.NewScript(ownerLua + refreshLua)
+	releaseScript = redis.NewScript(idleLua + counterLua + queueLua + releaseLua)
+	refreshScript = redis.NewScript(idleLua + ownerLua + refreshLua)
 	pttlScript    = redis.NewScript(ownerLua + pttlLua)
 	putScript     = redis.NewScript(putLua)
-	issueScript   = redis.NewScript(counterLua + issueLua)
+	issueScript   = redis.NewScript(idleLua + counterLua + issueLua)
 )

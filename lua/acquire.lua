@@ -5,6 +5,7 @@
 -- ARGV[1]: owner nonce followed by ':', ARGV[2]: TTL in milliseconds,
 -- ARGV[3]: '' for a single attempt; for a waiter, the life in
 -- milliseconds of its place in the queue
+-- ARGV[4]: the idle expiry in milliseconds (0: none) of the counter
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
 -- Returns {1, token} when granted; {0, ms, floor} when not, where ms is
@@ -59,7 +60,7 @@ end
 if head and head ~= entry then
   return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end
-local t = grant(ARGV[1], ARGV[2])
+local t = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[4]))
 if type(t) == 'table' then
   return t
 end

@@ -66,17 +66,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Returns a fresh token from the counter at KEYS[2] as a digit string, or
--- an error reply (a table), having written nothing, when the counter is
--- unusable.
+-- Returns a fresh token from the counter at key as a digit string, and
+-- the clock seed it was compared with; or an error reply (a table),
+-- having written nothing, when the counter is unusable.
 --
 -- The token is INCR of the counter after raising the counter to the
 -- server clock in microseconds when it is missing or behind it (both in
--- one INCRBY). A counter that is lost, or that lags because a replica promoted in a failover
--- missed INCRs, so does not grant a token again, as long as the servers'
--- clocks do not step back.
-local function next_token()
-  local c = read_counter(KEYS[2])
+-- one INCRBY). A counter that is lost (FLUSHALL, a restart, its idle
+-- expiry), or that lags because a replica promoted in a failover missed
+-- INCRs, so does not grant a token again, as long as the servers' clocks
+-- do not step back.
+local function next_token(key)
+  local c = read_counter(key)
   if type(c) == 'table' then
     return c
   end
@@ -85,26 +86,28 @@ local function next_token()
   if not c or less(c, seed) then
     -- raise the counter to the clock and increment it, in one INCRBY:
     -- both values are below 2^53 (the clock is), so exact as Lua numbers
-    t = redis.call('INCRBY', KEYS[2], string.format('%d', tonumber(seed) - tonumber(c or '0') + 1))
+    t = redis.call('INCRBY', key, string.format('%d', tonumber(seed) - tonumber(c or '0') + 1))
   else
-    t = redis.call('INCR', KEYS[2])
+    t = redis.call('INCR', key)
   end
   if t < 9007199254740992 then
-    return string.format('%d', t)
+    return string.format('%d', t), seed
   end
   -- beyond 2^53 a Lua number is not exact: use the stored digits
-  return redis.call('GET', KEYS[2])
+  return redis.call('GET', key), seed
 end
 
--- Grants the lock at KEYS[1] to owner for ttl milliseconds with a fresh
--- token, overwriting the lock key, and returns the token. Returns an
--- error reply (a table), having written nothing, when the counter is
--- unusable.
-local function grant(owner, ttl)
-  local t = next_token()
+-- Grants the lock at lock_key to owner for ttl milliseconds with a fresh
+-- token from the counter at counter_key, overwriting the lock key, and
+-- returns the token. The counter expires idle milliseconds after the lock
+-- could last (see expire_idle). Returns an error reply (a table), having
+-- written nothing, when the counter is unusable.
+local function grant(lock_key, counter_key, owner, ttl, idle)
+  local t, seed = next_token(counter_key)
   if type(t) == 'table' then
     return t
   end
-  redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
+  redis.call('SET', lock_key, owner .. t, 'PX', ttl)
+  expire_idle(counter_key, t, seed, tonumber(ttl), idle)
   return t
 end

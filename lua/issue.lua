@@ -4,6 +4,8 @@
 -- KEYS[3]: grant record, a hash: field v = the lock value the last token
 --          was issued to, field t = that token
 -- ARGV[1]: the lock value of the grant asking
+-- ARGV[2]: the idle expiry in milliseconds (0: none) of the counter and
+--          the record, counted from the lock key's own expiry
 -- Returns {0} when the lock key does not hold ARGV[1] (missing, another
 -- value, another type), having written nothing; {1, token} otherwise, the
 -- token as a digit string: the recorded one when the record is of this
@@ -32,14 +34,29 @@ if rec[1] or rec[2] then
     redis.call('SET', KEYS[2], last)
   end
   if rec[1] == ARGV[1] then
-    -- the same grant asks again: the same token
+    -- the same grant asks again: the same token, and its keys are kept
+    -- as long as the lock key may now last
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 then
+      extend_idle(KEYS[2], ttl, tonumber(ARGV[2]))
+      extend_idle(KEYS[3], ttl, tonumber(ARGV[2]))
+    end
     return {1, last}
   end
 end
 
-local t = next_token()
+local t, seed = next_token(KEYS[2])
 if type(t) == 'table' then
   return t
 end
 redis.call('HSET', KEYS[3], 'v', ARGV[1], 't', t)
+-- A lock key without expiry (PTTL -1) keeps both keys for ever.
+local ttl = redis.call('PTTL', KEYS[1])
+local idle = tonumber(ARGV[2])
+if ttl < 0 then
+  idle = 0
+  ttl = 0
+end
+expire_idle(KEYS[2], t, seed, ttl, idle)
+expire_idle(KEYS[3], t, seed, ttl, idle)
 return {1, t}

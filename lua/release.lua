@@ -4,6 +4,7 @@
 -- ARGV[1]: owner nonce followed by ':', ARGV[2]: the resource's channel,
 -- ARGV[3]: the caller's own queue entry to remove, or '',
 -- ARGV[4]: the marker's TTL in milliseconds, or ''
+-- ARGV[5]: the idle expiry in milliseconds (0: none) of the counter
 --
 -- A waiter that gives up runs it with its entry: it leaves the queue, and
 -- a lock handed to it meanwhile goes on to the next waiter. A client that
@@ -33,7 +34,7 @@ elseif v then
 end
 local head, owner, ttl = queue_head()
 if head then
-  local t = grant(owner, ttl)
+  local t = grant(KEYS[1], KEYS[2], owner, ttl, tonumber(ARGV[5]))
   -- an unusable counter hands nothing on: the waiter's own attempt
   -- reports it
   if type(t) ~= 'table' then
