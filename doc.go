@@ -154,7 +154,10 @@
 // The keys of resource R are "<prefix>:{R}:lock", which holds a random
 // 128-bit owner nonce and the grant's token ("<nonce>:<token>") so that
 // only the holder can refresh or release the lock; "<prefix>:{R}:token",
-// the counter, which has no TTL; "<prefix>:{R}:queue" and
+// the counter, which expires once R has been idle (see [WithIdleExpiry]:
+// the next token is then seeded from the clock, as after FLUSHALL, which
+// assumes the server clock does not step back by more than the idle
+// expiry); "<prefix>:{R}:queue" and
 // "<prefix>:{R}:deadlines", the waiters, which expire with their last
 // waiter; "<prefix>:{R}:abandoned:<nonce>", short-lived markers of acquire
 // attempts whose reply was lost; and, for a RedisStore,
