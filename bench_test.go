@@ -33,11 +33,38 @@ func BenchmarkAcquireWaitRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkAcquireReleaseWithDeadline is BenchmarkAcquireRelease with a
+// ctx that has a deadline, as most callers' have: each round trip then
+// runs in a goroutine of its own, so that it returns by the deadline
+// whatever the client does.
+func BenchmarkAcquireReleaseWithDeadline(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	benchCycleCtx(b, ctx, func(ctx context.Context, l *fencedlock.Locker) (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, "bench", 10*time.Second)
+	})
+}
+
 // benchCycle measures acquire, then Release, on a free lock.
 func benchCycle(b *testing.B, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error)) {
+	benchCycleCtx(b, context.Background(), acquire)
+}
+
+// benchCycleCtx is benchCycle with ctx. Besides time and allocations it
+// reports what Redis did per cycle: the commands it ran (scripts' inner
+// calls included) and its main thread's CPU time, from INFO before and
+// after the timed loop.
+func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error)) {
 	be := redistest.Real(b)
-	ctx := context.Background()
 	locker := fencedlock.New(be.Client, fencedlock.WithPrefix(be.Prefix))
+	lock, err := acquire(ctx, locker) // loads the scripts
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		b.Fatal(err)
+	}
+	before := benchRedisCounters(b, be.Client)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -49,6 +76,37 @@ func benchCycle(b *testing.B, acquire func(context.Context, *fencedlock.Locker) 
 			b.Fatal(err)
 		}
 	}
+	b.StopTimer()
+	after := benchRedisCounters(b, be.Client)
+	// The second INFO is one command more.
+	b.ReportMetric((after.commands-before.commands-1)/float64(b.N), "redis-cmds/op")
+	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "redis-cpu-µs/op")
+}
+
+// benchCounters are Redis's own counters: commands processed, and the
+// main thread's CPU seconds (user + sys; the process's where the server
+// does not report its main thread's).
+type benchCounters struct{ commands, cpu float64 }
+
+func benchRedisCounters(b *testing.B, c *redis.Client) benchCounters {
+	b.Helper()
+	info, err := redistest.Info(context.Background(), c, "everything")
+	if err != nil {
+		b.Fatal(err)
+	}
+	num := func(name string) float64 {
+		v, err := strconv.ParseFloat(info[name], 64)
+		if err != nil {
+			b.Fatalf("INFO %s: %q", name, info[name])
+		}
+		return v
+	}
+	cpu := "used_cpu_user_main_thread"
+	sys := "used_cpu_sys_main_thread"
+	if _, ok := info[cpu]; !ok {
+		cpu, sys = "used_cpu_user", "used_cpu_sys"
+	}
+	return benchCounters{commands: num("total_commands_processed"), cpu: num(cpu) + num(sys)}
 }
 
 // BenchmarkRedisStorePut measures a fenced write of a 128-byte value.

@@ -83,6 +83,28 @@
 // TTL, covers a holder that crashed and a message lost with a broken
 // connection.
 //
+// A hand-over between two processes, A holding R and B waiting for it:
+//
+//	B                           Redis                            A
+//	acquire (waiting) -------->  R held by A: queue B, refuse
+//	  <------------------------  {refused, A's PTTL, counter}
+//	SUBSCRIBE R's channel ---->
+//	  <------------------------  subscribed
+//	acquire again ------------>  still held: refuse (B keeps its place)
+//	wait: message, timer, ctx                       <------------ release
+//	                             A's lock: grant R to B, next token,
+//	                             dequeue B, publish "B:token"
+//	  <------------------------  message "B:token"  ------------> {held, B, token}
+//	token above the floor of
+//	B's last refusal: B holds R
+//
+// The floor (the counter when B was last refused) tells a fresh grant from
+// a message delayed past a later refusal: a grant below it may have ended,
+// and B asks again. In the releasing process the reply of the release
+// carries the grant to its own waiter the same way. The code follows this
+// page: wait.go (the local queue and one waiter's loop), pubsub.go (the
+// subscription), lua/acquire.lua and lua/release.lua (the scripts).
+//
 // # Deadlines
 //
 // Every call that takes a ctx returns within its deadline (plus a few

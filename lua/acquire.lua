@@ -8,11 +8,12 @@
 -- ARGV[4]: the idle expiry in milliseconds (0: none) of the counter
 -- The lock key holds the owner nonce, ':', and the token in decimal.
 --
--- Returns {1, token} when granted; {0, ms, floor} when not, where ms is
--- how long until the lock may be free (the holder's PTTL, or the remaining
--- life of the waiter ahead in the queue) and floor the token counter's
--- value before this run (every grant made before it has a token at or
--- below it); {0, -3} when the attempt was abandoned.
+-- Returns {GRANTED (1), token} when granted; {REFUSED (0), ms, floor}
+-- when not, where ms is how long until the lock may be free (the holder's
+-- PTTL, or the remaining life of the waiter ahead in the queue) and floor
+-- the token counter's value before this run (every grant made before it
+-- has a token at or below it); {REFUSED, ABANDONED (-3)} when the attempt
+-- was abandoned.
 --
 -- A run for an owner that already holds the lock returns its grant again
 -- with its TTL renewed: a client that lost the reply and sent the command
@@ -27,6 +28,7 @@
 -- so an error leaves neither a lock nor a raised counter.
 local waiting = ARGV[3] ~= ''
 local entry = ARGV[1] .. ARGV[2]
+local GRANTED, REFUSED, ABANDONED = 1, 0, -3
 
 -- Refuses the attempt; a waiter takes or keeps its place in the queue.
 local function refuse(ms)
@@ -34,29 +36,30 @@ local function refuse(ms)
   if waiting then
     enqueue(entry, tonumber(ARGV[3]))
   end
-  return {0, ms, floor}
+  return {REFUSED, ms, floor}
 end
 
-if waiting and redis.call('EXISTS', KEYS[5]) == 1 then
-  return {0, -3}
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
+  -- Free, nobody queued, no marker: the common case, in the fewest steps.
+  local t = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[4]))
+  if type(t) == 'table' then
+    return t
+  end
+  return {GRANTED, t}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {REFUSED, ABANDONED}
 end
 local held = redis.call('GET', KEYS[1])
 if held then
   if string.sub(held, 1, #ARGV[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, string.sub(held, #ARGV[1] + 1)}
+    return {GRANTED, string.sub(held, #ARGV[1] + 1)}
   end
   return refuse(redis.call('PTTL', KEYS[1]))
 end
--- The lock is free. Neither a marker nor a queue is the common case: one
--- call tells.
-local head
-if redis.call('EXISTS', KEYS[5], KEYS[3]) > 0 then
-  if not waiting and redis.call('EXISTS', KEYS[5]) == 1 then
-    return {0, -3}
-  end
-  head = queue_head()
-end
+-- The lock is free, and the queue has waiters: the first live one gets it.
+local head = queue_head()
 if head and head ~= entry then
   return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end
@@ -67,4 +70,4 @@ end
 if head then
   dequeue(entry)
 end
-return {1, t}
+return {GRANTED, t}

@@ -67,34 +67,45 @@ local function now_ms()
 end
 
 -- Returns a fresh token from the counter at key as a digit string, and
--- the clock seed it was compared with; or an error reply (a table),
--- having written nothing, when the counter is unusable.
+-- the clock seed it was compared with, having written the counter and its
+-- idle expiry for a lock that lasts ttl milliseconds (see expire_idle);
+-- or an error reply (a table), having written nothing, when the counter
+-- is unusable.
 --
--- The token is INCR of the counter after raising the counter to the
--- server clock in microseconds when it is missing or behind it (both in
--- one INCRBY). A counter that is lost (FLUSHALL, a restart, its idle
--- expiry), or that lags because a replica promoted in a failover missed
--- INCRs, so does not grant a token again, as long as the servers' clocks
--- do not step back.
-local function next_token(key)
+-- The token is the counter plus one, after raising the counter to the
+-- server clock in microseconds when it is missing or behind it. A counter
+-- that is lost (FLUSHALL, a restart, its idle expiry), or that lags
+-- because a replica promoted in a failover missed INCRs, so does not
+-- grant a token again, as long as the servers' clocks do not step back.
+-- The counter is normally behind the clock (tokens are microseconds, and
+-- grants are further apart): then one SET writes the token and the
+-- expiry.
+local function next_token(key, ttl, idle)
   local c = read_counter(key)
   if type(c) == 'table' then
     return c
   end
   local seed = clock_seed()
-  local t
   if not c or less(c, seed) then
-    -- raise the counter to the clock and increment it, in one INCRBY:
-    -- both values are below 2^53 (the clock is), so exact as Lua numbers
-    t = redis.call('INCRBY', key, string.format('%d', tonumber(seed) - tonumber(c or '0') + 1))
+    -- below 2^53 (the clock is), so exact as a Lua number
+    local t = string.format('%d', tonumber(seed) + 1)
+    if keeps_for_ever(t, seed, ttl, idle) then
+      redis.call('SET', key, t)
+    else
+      redis.call('SET', key, t, 'PX', ttl + idle)
+    end
+    return t, seed
+  end
+  local n = redis.call('INCR', key)
+  local t
+  if n < 9007199254740992 then
+    t = string.format('%d', n)
   else
-    t = redis.call('INCR', key)
+    -- beyond 2^53 a Lua number is not exact: use the stored digits
+    t = redis.call('GET', key)
   end
-  if t < 9007199254740992 then
-    return string.format('%d', t), seed
-  end
-  -- beyond 2^53 a Lua number is not exact: use the stored digits
-  return redis.call('GET', key), seed
+  expire_idle(key, t, seed, ttl, idle)
+  return t, seed
 end
 
 -- Grants the lock at lock_key to owner for ttl milliseconds with a fresh
@@ -103,11 +114,11 @@ end
 -- could last (see expire_idle). Returns an error reply (a table), having
 -- written nothing, when the counter is unusable.
 local function grant(lock_key, counter_key, owner, ttl, idle)
-  local t, seed = next_token(counter_key)
+  ttl = tonumber(ttl)
+  local t = next_token(counter_key, ttl, idle)
   if type(t) == 'table' then
     return t
   end
   redis.call('SET', lock_key, owner .. t, 'PX', ttl)
-  expire_idle(counter_key, t, seed, tonumber(ttl), idle)
   return t
 end

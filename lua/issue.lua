@@ -45,18 +45,18 @@ if rec[1] or rec[2] then
   end
 end
 
-local t, seed = next_token(KEYS[2])
-if type(t) == 'table' then
-  return t
-end
-redis.call('HSET', KEYS[3], 'v', ARGV[1], 't', t)
--- A lock key without expiry (PTTL -1) keeps both keys for ever.
+-- The keys last the lock key's TTL plus the idle expiry; a lock key
+-- without expiry (PTTL -1) keeps both for ever.
 local ttl = redis.call('PTTL', KEYS[1])
 local idle = tonumber(ARGV[2])
 if ttl < 0 then
   idle = 0
   ttl = 0
 end
-expire_idle(KEYS[2], t, seed, ttl, idle)
+local t, seed = next_token(KEYS[2], ttl, idle)
+if type(t) == 'table' then
+  return t
+end
+redis.call('HSET', KEYS[3], 'v', ARGV[1], 't', t)
 expire_idle(KEYS[3], t, seed, ttl, idle)
 return {1, t}
