@@ -241,7 +241,7 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
 	}
-	if n != 1 {
+	if n != statusHeld {
 		return errNotHeld
 	}
 	return nil
@@ -347,14 +347,14 @@ func (k *Lock) release(ctx context.Context, keys []string, entry string, markerM
 	}
 	held, _ := res[0].(int64)
 	if len(res) == 1 {
-		return held == 1, "", 0, nil
+		return held == statusHeld, "", 0, nil
 	}
 	owner, _ := res[1].(string)
 	token, err := tokenFromReply(res[2])
 	if err != nil || owner == "" {
 		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
-	return held == 1, owner, token, nil
+	return held == statusHeld, owner, token, nil
 }
 
 // giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -395,7 +395,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])
 	}
-	if ms == -3 {
+	if ms == statusNotOwner {
 		return 0, k.notHeld(ctx, "the lock is gone or taken")
 	}
 	if ms < 0 {

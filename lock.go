@@ -336,9 +336,9 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 	if len(res) < 2 {
 		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: unexpected reply %v", names.Quote(lock.resource), res)
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
+	if status, _ := res[0].(int64); status != statusGranted {
 		left, _ := res[1].(int64)
-		if left == -3 {
+		if left == statusAbandoned {
 			return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: attempt was abandoned", names.Quote(lock.resource))
 		}
 		r := refusal{wait: time.Duration(left) * time.Millisecond}

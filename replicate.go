@@ -148,7 +148,7 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration
 	if err != nil {
 		return redisErr(ctx, "acquire", k.resource, err, k.keys[keyLock])
 	}
-	if n != 1 {
+	if n != statusHeld {
 		return k.lost("the grant ended before its replicas were asked to confirm it")
 	}
 	k.hold(sent, ttl)

@@ -31,6 +31,14 @@ var (
 	issueLua string
 )
 
+// Status values in the scripts' replies, named as in the scripts.
+const (
+	statusGranted   = 1  // acquire.lua: the lock is the caller's
+	statusAbandoned = -3 // acquire.lua, in place of the wait: the attempt was given up
+	statusHeld      = 1  // release.lua: the caller held the lock; refresh.lua: extended
+	statusNotOwner  = -3 // pttl.lua: the lock is gone or another's
+)
+
 // The scripts run with EVALSHA, falling back to EVAL once per server when
 // the script cache does not hold them.
 var (

@@ -4,10 +4,12 @@
 -- ARGV[1]: owner nonce followed by ':'
 -- ARGV[2]: TTL in milliseconds
 -- ARGV[3]: the idle expiry in milliseconds (0: none) of the counter
--- Returns 1 when extended, 0 when the key is gone or not the caller's.
+-- Returns HELD (1) when extended, NOT_HELD (0) when the key is gone or
+-- not the caller's.
+local HELD, NOT_HELD = 1, 0
 if owned() then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   extend_idle(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]))
-  return 1
+  return HELD
 end
-return 0
+return NOT_HELD

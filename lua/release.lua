@@ -13,11 +13,15 @@
 --
 -- When the caller holds the lock and a waiter is queued, the lock is
 -- granted to that waiter with a fresh token, as the acquire script would,
--- and "<owner nonce>:<token>" is published on the channel. So it is, too, when
--- the lock is free (a waiter gives up, or a holder releases late): the
--- first waiter need not wait for its timer. Returns {held} or {held, owner, token}, where held is 1
--- when the caller held the lock (and no longer does) and 0 otherwise, and
--- owner and token name the waiter the lock was handed to, if any.
+-- and "<owner nonce>:<token>" is published on the channel. So it is, too,
+-- when the lock is free (a waiter gives up, or a holder releases late):
+-- the first waiter need not wait for its timer.
+--
+-- Returns {HELD (1) or NOT_HELD (0)}, or {HELD or NOT_HELD, owner, token}
+-- when the lock was handed to the waiter owner with token. HELD says the
+-- caller held the lock (and no longer does).
+local HELD, NOT_HELD = 1, 0
+
 if ARGV[3] ~= '' then
   dequeue(ARGV[3])
 end
@@ -25,12 +29,12 @@ if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
 end
 local v = redis.pcall('GET', KEYS[1])
-local held = 0
+local held = NOT_HELD
 if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
-  held = 1
+  held = HELD
 elseif v then
   -- another owner's lock
-  return {0}
+  return {NOT_HELD}
 end
 local head, owner, ttl = queue_head()
 if head then
@@ -43,7 +47,7 @@ if head then
     return {held, owner, t}
   end
 end
-if held == 1 then
+if held == HELD then
   redis.call('DEL', KEYS[1])
 end
 return {held}
