@@ -171,6 +171,18 @@ func pairedFigures(start int64, results []pairedResult, pairCost int64) map[stri
 			refBlocks = blockMedians(r.Blocks)
 		}
 	}
+	vsFastest, fastest := math.NaN(), ""
+	if refBlocks != nil {
+		for _, r := range results {
+			if r.Library == pairedReference {
+				continue
+			}
+			// The peer the reference compares worst with is the fastest.
+			if v := blockRatio(refBlocks, blockMedians(r.Blocks)); !math.IsNaN(v) && (fastest == "" || v > vsFastest) {
+				vsFastest, fastest = v, r.Library
+			}
+		}
+	}
 	out := map[string]figures{}
 	for _, r := range results {
 		rec := r.Record
@@ -192,11 +204,15 @@ func pairedFigures(start int64, results []pairedResult, pairCost int64) map[stri
 			CycleP50:   us(percentile(s.cycles, 50)),
 			CycleP90:   us(percentile(s.cycles, 90)),
 			VsRef:      math.NaN(),
+			VsFastest:  math.NaN(),
 			Errors:     s.errors,
 			Notes:      s.notes,
 		}
 		if refBlocks != nil {
 			f.VsRef = blockRatio(blockMedians(r.Blocks), refBlocks)
+		}
+		if r.Library == pairedReference {
+			f.VsFastest, f.FastestPeer = vsFastest, fastest
 		}
 		out[r.Library] = f
 	}

@@ -184,6 +184,8 @@ func writeReport(w io.Writer, h header, rows []row, markdown, verbose bool) {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+	writeKeyFigures(w, rows, markdown)
+	writeTargets(w, rows, markdown)
 	if verbose {
 		fmt.Fprintln(w)
 		if markdown {

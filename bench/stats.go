@@ -23,8 +23,13 @@ type figures struct {
 	CycleP50   float64 // µs, uncontended only
 	CycleP90   float64 // µs, uncontended only
 	VsRef      float64 // uncontended-paired only: median over blocks of the block median cycle / the reference library's
-	Errors     int     // errors of both passes
-	Notes      []string
+	// VsFastest is set in the reference library's uncontended-paired row
+	// only: its blockRatio to each other library, the largest of them
+	// (against the fastest peer of the round, FastestPeer).
+	VsFastest   float64
+	FastestPeer string
+	Errors      int // errors of both passes
+	Notes       []string
 }
 
 // runSummary is what one pass's merged results show.
@@ -121,6 +126,7 @@ func roundFigures(sc scenario, timed, counting *passOutcome) figures {
 		CycleP50:   math.NaN(),
 		CycleP90:   math.NaN(),
 		VsRef:      math.NaN(),
+		VsFastest:  math.NaN(),
 		Errors:     t.errors + c.errors,
 		Notes:      t.notes,
 	}
@@ -205,6 +211,7 @@ func medianFigures(rounds []figures) figures {
 		CycleP50:   pick(func(f figures) float64 { return f.CycleP50 }),
 		CycleP90:   pick(func(f figures) float64 { return f.CycleP90 }),
 		VsRef:      pick(func(f figures) float64 { return f.VsRef }),
+		VsFastest:  pick(func(f figures) float64 { return f.VsFastest }),
 	}
 	for _, f := range rounds {
 		m.Errors += f.Errors
