@@ -112,7 +112,7 @@ func (t target) cells() []string {
 }
 
 // peerCounts summarizes which peers the rounds compared with, as
-// "redislock×3 rueidislock×2"; "" when none.
+// "redislock×3 rueidislock×2"; "-" when none.
 func peerCounts(peers []string) string {
 	counts := map[string]int{}
 	for _, p := range peers {
@@ -128,6 +128,9 @@ func peerCounts(peers []string) string {
 	parts := make([]string, len(names))
 	for i, p := range names {
 		parts[i] = fmt.Sprintf("%s×%d", p, counts[p])
+	}
+	if len(parts) == 0 {
+		return "-"
 	}
 	return strings.Join(parts, " ")
 }
