@@ -40,6 +40,9 @@ type childSpec struct {
 	Blocks      int      `json:",omitempty"`
 	BlockCycles int      `json:",omitempty"`
 	Rotation    int      `json:",omitempty"`
+	// CPU names the INFO cpu fields a paired run reads around each
+	// block, on a connection of its own.
+	CPU cpuSource `json:",omitempty"`
 }
 
 // startMessage is the parent's go: the time, in Unix nanoseconds, at
@@ -64,8 +67,11 @@ type childResult struct {
 	Errors       int      // failed acquires and releases
 	ErrorSamples []string // a few distinct error messages
 	// Paired holds a paired run's records, one per library, instead of
-	// the fields above.
-	Paired []pairedResult `json:",omitempty"`
+	// the fields above, and CPUPairCost the µs of Redis CPU between two
+	// back-to-back INFO cpu readings of the worker, measured before the
+	// run (cpuPairCost).
+	Paired      []pairedResult `json:",omitempty"`
+	CPUPairCost int64          `json:",omitempty"`
 }
 
 // hold is one measured hold: from acquire returning to calling release,
@@ -141,8 +147,21 @@ func runChild(stdin io.Reader, stdout io.Writer) int {
 			return fail(err)
 		}
 		defer closePaired(libs)
+		ctl, err := dialRaw(spec.Addr)
+		if err != nil {
+			return fail(fmt.Errorf("connecting for INFO cpu: %w", err))
+		}
+		defer ctl.Close()
 		warmUpPaired(ctx, libs, spec)
-		run = func(start time.Time) *childResult { return measurePaired(ctx, libs, spec, start) }
+		pairCost, err := ctl.cpuPairCost(spec.CPU)
+		if err != nil {
+			return fail(err)
+		}
+		run = func(start time.Time) *childResult {
+			res := measurePaired(ctx, libs, ctl, spec, start)
+			res.CPUPairCost = pairCost
+			return res
+		}
 	} else {
 		lib := libraryByName(spec.Library)
 		if lib == nil {

@@ -153,12 +153,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // bench is a benchmark run in progress.
 type bench struct {
-	cfg          config
-	addr         string
-	owned        bool     // the bench started the server: it may FLUSHALL
-	ctl          *rawConn // the bench's own commands
-	infoOverhead int64    // commands the bench's INFO pair adds to a delta
-	progress     io.Writer
+	cfg      config
+	addr     string
+	owned    bool     // the bench started the server: it may FLUSHALL
+	ctl      *rawConn // the bench's own commands
+	progress io.Writer
+
+	// Set by calibrate.
+	cpu        cpuSource     // the INFO cpu fields read
+	overhead   serverReading // what an empty timed-pass window counts
+	pairCost   int64         // µs of CPU between two back-to-back INFO cpu
+	idlePerSec float64       // µs of CPU per second of the idle server
 }
 
 // runBench connects to (or starts) Redis, runs every round and writes
@@ -191,21 +196,6 @@ func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	writeReport(stdout, h, rows, cfg.markdown, cfg.verbose)
-	return nil
-}
-
-// calibrate measures how much a pair of INFO calls adds to the command
-// count delta between them (one: the first INFO).
-func (b *bench) calibrate() error {
-	first, err := b.ctl.commandsProcessed()
-	if err != nil {
-		return fmt.Errorf("INFO stats: %w", err)
-	}
-	second, err := b.ctl.commandsProcessed()
-	if err != nil {
-		return fmt.Errorf("INFO stats: %w", err)
-	}
-	b.infoOverhead = second - first
 	return nil
 }
 
@@ -329,6 +319,7 @@ func (b *bench) logProgress(round int, sc scenario, lib *library, f figures) {
 // header describes the run for the report.
 type header struct {
 	redis   string
+	cpu     string
 	machine string
 	run     string
 	libs    [][2]string // name and version, configuration
@@ -347,6 +338,10 @@ func (b *bench) header() (header, error) {
 	} else {
 		h.redis += ", named with -redis (no FLUSHALL; other clients' commands would count too)"
 	}
+	h.cpu = fmt.Sprintf("%s, read before and after each timed pass (never during a MONITOR pass) "+
+		"less an empty window's %d µs (median of %d); uncontended-paired: read by the worker process before and after each library's block, "+
+		"less %d µs per pair; idle server: %.0f µs/s (its periodic tasks; included in every window, not subtracted)",
+		b.cpu.describe(), b.overhead.cpu, pairSamples, b.pairCost, b.idlePerSec)
 	versions := moduleVersions()
 	h.machine = fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s, go-redis %s",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
@@ -391,14 +386,14 @@ func (h header) write(w io.Writer, markdown bool) {
 	if markdown {
 		fmt.Fprintln(w, "Redis lock libraries compared:")
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "- Redis: %s\n- Machine: %s\n- Run: %s\n", h.redis, h.machine, h.run)
+		fmt.Fprintf(w, "- Redis: %s\n- Redis CPU: %s\n- Machine: %s\n- Run: %s\n", h.redis, h.cpu, h.machine, h.run)
 		for _, l := range h.libs {
 			fmt.Fprintf(w, "- **%s**: %s\n", l[0], l[1])
 		}
 		return
 	}
 	fmt.Fprintln(w, "Redis lock libraries compared")
-	fmt.Fprintf(w, "redis:   %s\nmachine: %s\nrun:     %s\nlibraries:\n", h.redis, h.machine, h.run)
+	fmt.Fprintf(w, "redis:   %s\ncpu:     %s\nmachine: %s\nrun:     %s\nlibraries:\n", h.redis, h.cpu, h.machine, h.run)
 	for _, l := range h.libs {
 		fmt.Fprintf(w, "  %s: %s\n", l[0], l[1])
 	}

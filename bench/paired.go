@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -15,7 +16,9 @@ import (
 // several-fold between passes a few seconds apart). Each block runs every
 // library for a few cycles, in an order rotated by one each block, and a
 // library's cycles in a block are compared with the reference library's
-// in the same block.
+// in the same block. The worker reads Redis' CPU time (INFO cpu, on a
+// connection of its own) before and after each library's block, so each
+// library gets its own Redis CPU figure from the same blocks.
 
 // pairedReference is the library the ratio column compares with.
 const pairedReference = "fencedlock"
@@ -26,7 +29,11 @@ type pairedResult struct {
 	// Blocks holds the ns of each acquire+release cycle, per block, in run
 	// order. Record.Cycles is left empty.
 	Blocks [][]int64
-	Record childResult // waits, holds, errors
+	// BlockCPU holds the µs of Redis CPU from the reading before each
+	// block to the reading after it, in run order; -1 where a reading
+	// failed (counted as an error).
+	BlockCPU []int64
+	Record   childResult // waits, holds, errors
 }
 
 // pairedLib is one library's state in a paired worker process.
@@ -37,6 +44,7 @@ type pairedLib struct {
 	warm     *record
 	rec      record
 	blocks   [][]int64
+	blockCPU []int64
 	resource string
 }
 
@@ -82,16 +90,25 @@ func warmUpPaired(ctx context.Context, libs []*pairedLib, spec childSpec) {
 
 // measurePaired runs spec.Blocks blocks from start; a block runs
 // spec.BlockCycles cycles of each library, the libraries in an order
-// rotated by one from one block to the next.
-func measurePaired(ctx context.Context, libs []*pairedLib, spec childSpec, start time.Time) *childResult {
+// rotated by one from one block to the next, with Redis' CPU time read on
+// ctl before and after each library's cycles.
+func measurePaired(ctx context.Context, libs []*pairedLib, ctl *rawConn, spec childSpec, start time.Time) *childResult {
 	time.Sleep(time.Until(start))
 	n := len(libs)
 	for b := 0; b < spec.Blocks && ctx.Err() == nil; b++ {
 		for i := range libs {
 			l := libs[(spec.Rotation+b+i)%n]
 			before := len(l.rec.cycles)
+			cpu0, err0 := ctl.redisCPU(spec.CPU)
 			runCycles(ctx, l.worker, spec.BlockCycles, &l.rec)
+			cpu1, err1 := ctl.redisCPU(spec.CPU)
 			l.blocks = append(l.blocks, l.rec.cycles[before:len(l.rec.cycles):len(l.rec.cycles)])
+			if err := errors.Join(err0, err1); err != nil {
+				l.rec.fail("reading Redis CPU: ", err)
+				l.blockCPU = append(l.blockCPU, -1)
+			} else {
+				l.blockCPU = append(l.blockCPU, cpu1-cpu0)
+			}
 		}
 	}
 	res := &childResult{}
@@ -105,7 +122,7 @@ func measurePaired(ctx context.Context, libs []*pairedLib, spec childSpec, start
 		for _, s := range l.warm.samples {
 			r.ErrorSamples = appendSample(r.ErrorSamples, s)
 		}
-		res.Paired = append(res.Paired, pairedResult{Library: l.name, Blocks: l.blocks, Record: r})
+		res.Paired = append(res.Paired, pairedResult{Library: l.name, Blocks: l.blocks, BlockCPU: l.blockCPU, Record: r})
 	}
 	return res
 }
@@ -132,6 +149,7 @@ func (b *bench) runPairedRound(ctx context.Context, sc scenario, round int) (map
 		Blocks:         b.cfg.blocks,
 		BlockCycles:    b.cfg.blockCyc,
 		Rotation:       round - 1,
+		CPU:            b.cpu,
 	}
 	out, err := b.runPass(ctx, pass{kind: timedPass, scenario: sc, spec: spec})
 	if err != nil {
@@ -140,16 +158,29 @@ func (b *bench) runPairedRound(ctx context.Context, sc scenario, round int) (map
 	if len(out.results) != 1 || len(out.results[0].Paired) != len(names) {
 		return nil, fmt.Errorf("worker process returned %d results", len(out.results))
 	}
-	return pairedFigures(out.start, out.results[0].Paired), nil
+	return pairedFigures(out.start, out.results[0].Paired, out.results[0].CPUPairCost), nil
 }
 
 // pairedFigures computes one round's figures of every library of a
-// paired run.
-func pairedFigures(start int64, results []pairedResult) map[string]figures {
+// paired run; pairCost is the µs of Redis CPU a reading pair adds to a
+// block.
+func pairedFigures(start int64, results []pairedResult, pairCost int64) map[string]figures {
 	var refBlocks []float64
 	for _, r := range results {
 		if r.Library == pairedReference {
 			refBlocks = blockMedians(r.Blocks)
+		}
+	}
+	vsFastest, fastest := math.NaN(), ""
+	if refBlocks != nil {
+		for _, r := range results {
+			if r.Library == pairedReference {
+				continue
+			}
+			// The peer the reference compares worst with is the fastest.
+			if v := blockRatio(refBlocks, blockMedians(r.Blocks)); !math.IsNaN(v) && (fastest == "" || v > vsFastest) {
+				vsFastest, fastest = v, r.Library
+			}
 		}
 	}
 	out := map[string]figures{}
@@ -169,14 +200,19 @@ func pairedFigures(start int64, results []pairedResult) map[string]figures {
 			WaitMax:    ms(percentile(s.waits, 100)),
 			CmdsPerAcq: math.NaN(),
 			SentPerAcq: math.NaN(),
+			CPUPerAcq:  blockCPUPerCycle(r, pairCost),
 			CycleP50:   us(percentile(s.cycles, 50)),
 			CycleP90:   us(percentile(s.cycles, 90)),
 			VsRef:      math.NaN(),
+			VsFastest:  math.NaN(),
 			Errors:     s.errors,
 			Notes:      s.notes,
 		}
 		if refBlocks != nil {
 			f.VsRef = blockRatio(blockMedians(r.Blocks), refBlocks)
+		}
+		if r.Library == pairedReference {
+			f.VsFastest, f.FastestPeer = vsFastest, fastest
 		}
 		out[r.Library] = f
 	}
@@ -205,4 +241,22 @@ func blockRatio(lib, ref []float64) float64 {
 		}
 	}
 	return median(ratios)
+}
+
+// blockCPUPerCycle returns a library's µs of Redis CPU per cycle over its
+// blocks whose CPU was read: their CPU less pairCost each, over their
+// cycles. NaN if none.
+func blockCPUPerCycle(r pairedResult, pairCost int64) float64 {
+	var cpu, cycles int64
+	for i, c := range r.BlockCPU {
+		if c < 0 || i >= len(r.Blocks) {
+			continue
+		}
+		cpu += c - pairCost
+		cycles += int64(len(r.Blocks[i]))
+	}
+	if cycles == 0 {
+		return math.NaN()
+	}
+	return float64(cpu) / float64(cycles)
 }

@@ -20,7 +20,7 @@ type row struct {
 // columns of the tables, after "scenario" and "library".
 var columns = []string{
 	"acq", "busy%", "hold ms", "gap p50 ms", "wait p50 ms", "wait p99 ms", "wait max ms",
-	"cmds/acq", "sent/acq", "cycle p50 µs", "cycle p90 µs", "vs " + pairedReference, "errors",
+	"cmds/acq", "sent/acq", "cpu µs/acq", "cycle p50 µs", "cycle p90 µs", "vs " + pairedReference, "errors",
 }
 
 // cells formats f for the table, in columns' order.
@@ -35,6 +35,7 @@ func (f figures) cells() []string {
 		formatMillis(f.WaitMax),
 		formatFixed(f.CmdsPerAcq, 2),
 		formatFixed(f.SentPerAcq, 2),
+		formatFixed(f.CPUPerAcq, 1),
 		formatFixed(f.CycleP50, 0),
 		formatFixed(f.CycleP90, 0),
 		formatFixed(f.VsRef, 2),
@@ -155,6 +156,8 @@ func legend() []string {
 		"wait: from calling acquire to holding the lock (uncontended: the acquire call)",
 		"cmds/acq: INFO stats total_commands_processed delta over the timed pass, less the bench's INFO, per acquisition; includes commands scripts run (redis.call)",
 		"sent/acq: commands sent by clients per acquisition, counted with MONITOR (script-inner calls left out) in a separate, shorter counting pass",
+		"cpu µs/acq: Redis CPU (see cpu: above) over the timed pass, less the bench's own INFO calls, per acquisition (uncontended: per acquire+release cycle); " +
+			"uncontended-paired: the library's blocks' CPU (each read around the block, less the reading pair's cost) over their cycles",
 		"cycle: one acquire+release, uncontended only; p50 and p90 over all the row's cycles",
 		"uncontended-paired: every library in ONE worker process, a client each, each on a lock of its own: warm-up cycles per library, then blocks of cycles " +
 			"per library, the library order rotated by one each block (and each round). Its rows compare with each other, not with the uncontended rows: " +
@@ -181,6 +184,8 @@ func writeReport(w io.Writer, h header, rows []row, markdown, verbose bool) {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+	writeKeyFigures(w, rows, markdown)
+	writeTargets(w, rows, markdown)
 	if verbose {
 		fmt.Fprintln(w)
 		if markdown {

@@ -73,7 +73,7 @@ func scenarioNames() string {
 type passKind int
 
 const (
-	timedPass    passKind = iota // INFO command counts, no MONITOR
+	timedPass    passKind = iota // INFO command counts and CPU, no MONITOR
 	countingPass                 // shorter, under MONITOR
 )
 
@@ -90,6 +90,7 @@ type passOutcome struct {
 	start    int64         // Unix ns the workers were told to start at
 	results  []childResult // one per worker process
 	commands int64         // timed pass: total_commands_processed delta
+	cpu      int64         // timed pass: µs of Redis CPU (bench.cpu)
 	monitor  monitorCounts // counting pass
 }
 
@@ -98,8 +99,9 @@ type passOutcome struct {
 const startDelay = 100 * time.Millisecond
 
 // runPass starts the pass's worker processes, waits until they are warm,
-// opens the measurement window (INFO or MONITOR), starts them, collects
-// their results and closes the window. The processes are killed on every
+// opens the measurement window (INFO stats and cpu for a timed pass,
+// MONITOR for a counting pass), starts them, collects their results and
+// closes the window. The processes are killed on every
 // way out.
 func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 	spec := p.spec
@@ -129,14 +131,14 @@ func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 
 	out := &passOutcome{}
 	var mon *commandMonitor
-	var before int64
+	var before serverReading
 	var err error
 	if p.kind == countingPass {
 		if mon, err = startMonitor(b.addr); err != nil {
 			return nil, fmt.Errorf("starting MONITOR: %w", err)
 		}
 		defer mon.close()
-	} else if before, err = b.ctl.commandsProcessed(); err != nil {
+	} else if before, err = b.openWindow(); err != nil {
 		return nil, fmt.Errorf("INFO before the run: %w", err)
 	}
 
@@ -160,11 +162,11 @@ func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 			return nil, err
 		}
 	} else {
-		after, err := b.ctl.commandsProcessed()
+		d, err := b.closeWindow(before)
 		if err != nil {
 			return nil, fmt.Errorf("INFO after the run: %w", err)
 		}
-		out.commands = after - before - b.infoOverhead
+		out.commands, out.cpu = d.commands, d.cpu
 	}
 	for _, c := range children {
 		if err := c.finish(); err != nil {

@@ -19,11 +19,17 @@ type figures struct {
 	GapP50     float64 // ms, median gap from a release call to the next grant (contended only)
 	CmdsPerAcq float64 // INFO total_commands_processed delta per acquisition
 	SentPerAcq float64 // client-sent commands per acquisition (MONITOR)
+	CPUPerAcq  float64 // µs of Redis CPU per acquisition (uncontended: per cycle)
 	CycleP50   float64 // µs, uncontended only
 	CycleP90   float64 // µs, uncontended only
 	VsRef      float64 // uncontended-paired only: median over blocks of the block median cycle / the reference library's
-	Errors     int     // errors of both passes
-	Notes      []string
+	// VsFastest is set in the reference library's uncontended-paired row
+	// only: its blockRatio to each other library, the largest of them
+	// (against the fastest peer of the round, FastestPeer).
+	VsFastest   float64
+	FastestPeer string
+	Errors      int // errors of both passes
+	Notes       []string
 }
 
 // runSummary is what one pass's merged results show.
@@ -116,9 +122,11 @@ func roundFigures(sc scenario, timed, counting *passOutcome) figures {
 		WaitMax:    ms(percentile(t.waits, 100)),
 		CmdsPerAcq: perAcq(float64(timed.commands), t.acquisitions),
 		SentPerAcq: perAcq(float64(counting.monitor.Sent), c.acquisitions),
+		CPUPerAcq:  perAcq(float64(timed.cpu), t.acquisitions),
 		CycleP50:   math.NaN(),
 		CycleP90:   math.NaN(),
 		VsRef:      math.NaN(),
+		VsFastest:  math.NaN(),
 		Errors:     t.errors + c.errors,
 		Notes:      t.notes,
 	}
@@ -199,9 +207,11 @@ func medianFigures(rounds []figures) figures {
 		GapP50:     pick(func(f figures) float64 { return f.GapP50 }),
 		CmdsPerAcq: pick(func(f figures) float64 { return f.CmdsPerAcq }),
 		SentPerAcq: pick(func(f figures) float64 { return f.SentPerAcq }),
+		CPUPerAcq:  pick(func(f figures) float64 { return f.CPUPerAcq }),
 		CycleP50:   pick(func(f figures) float64 { return f.CycleP50 }),
 		CycleP90:   pick(func(f figures) float64 { return f.CycleP90 }),
 		VsRef:      pick(func(f figures) float64 { return f.VsRef }),
+		VsFastest:  pick(func(f figures) float64 { return f.VsFastest }),
 	}
 	for _, f := range rounds {
 		m.Errors += f.Errors
