@@ -34,7 +34,7 @@ local GRANTED, REFUSED, ABANDONED = 1, 0, -3
 local function refuse(ms)
   local floor = redis.pcall('GET', KEYS[2])
   if waiting then
-    enqueue(entry, tonumber(ARGV[3]))
+    enqueue(KEYS[3], KEYS[4], entry, tonumber(ARGV[3]), tonumber(ARGV[4]))
   end
   return {REFUSED, ms, floor}
 end
@@ -59,7 +59,7 @@ if held then
   return refuse(redis.call('PTTL', KEYS[1]))
 end
 -- The lock is free, and the queue has waiters: the first live one gets it.
-local head = queue_head()
+local head = queue_head(KEYS[3], KEYS[4])
 if head and head ~= entry then
   return refuse(tonumber(redis.call('HGET', KEYS[4], head)) - now_ms())
 end
@@ -68,6 +68,6 @@ if type(t) == 'table' then
   return t
 end
 if head then
-  dequeue(entry)
+  dequeue(KEYS[3], KEYS[4], entry)
 end
 return {GRANTED, t}

@@ -1,43 +1,47 @@
--- Shared prelude of the scripts that keep the queue of waiters.
--- KEYS[3]: queue, a sorted set of entries scored by arrival (server clock,
--- microseconds); KEYS[4]: deadlines, a hash from entry to the server time
--- in milliseconds after which the entry is dead.
+-- Shared prelude of the scripts that keep the queue of waiters, in two
+-- keys: the queue, a sorted set of entries scored by arrival (server
+-- clock, microseconds), and its deadlines, a hash from entry to the server
+-- time in milliseconds after which the entry is dead.
 -- An entry is a waiter's owner nonce, ':', and the TTL in milliseconds it
 -- asked for. A waiter renews its deadline while it waits; a waiter that
 -- stops renewing (its process died) is skipped once its deadline passes.
 
--- Removes an entry from the queue.
-local function dequeue(entry)
-  redis.call('ZREM', KEYS[3], entry)
-  redis.call('HDEL', KEYS[4], entry)
+-- Removes an entry from the queue at queue (its order) and deadlines.
+local function dequeue(queue, deadlines, entry)
+  redis.call('ZREM', queue, entry)
+  redis.call('HDEL', deadlines, entry)
 end
 
 -- Returns the first live entry of the queue, its owner and its TTL,
 -- removing dead and malformed entries before it; nil when there is none.
-local function queue_head()
+local function queue_head(queue, deadlines)
   while true do
-    local entry = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    local entry = redis.call('ZRANGE', queue, 0, 0)[1]
     if not entry then
       return nil
     end
-    local deadline = tonumber(redis.call('HGET', KEYS[4], entry))
+    local deadline = tonumber(redis.call('HGET', deadlines, entry))
     local owner, ttl = string.match(entry, '^(.*:)([1-9]%d*)$')
     if owner and deadline and deadline > now_ms() then
       return entry, owner, ttl
     end
-    dequeue(entry)
+    dequeue(queue, deadlines, entry)
   end
 end
 
 -- Puts entry at the back of the queue, or leaves it where it is, and sets
 -- its deadline life milliseconds from now. The queue's keys live at least
--- as long as their longest-lived entry.
-local function enqueue(entry, life)
-  redis.call('ZADD', KEYS[3], 'NX', clock_seed(), entry)
-  redis.call('HSET', KEYS[4], entry, now_ms() + life)
-  for k = 3, 4 do
-    if redis.call('PTTL', KEYS[k]) < life then
-      redis.call('PEXPIRE', KEYS[k], life)
+-- as long as their longest-lived entry: with an idle expiry (idle > 0),
+-- the longer of life and idle from now, set without reading; without
+-- one, life from now unless they already live longer.
+local function enqueue(queue, deadlines, entry, life, idle)
+  redis.call('ZADD', queue, 'NX', clock_seed(), entry)
+  redis.call('HSET', deadlines, entry, now_ms() + life)
+  for _, k in ipairs({queue, deadlines}) do
+    if idle > 0 then
+      redis.call('PEXPIRE', k, math.max(life, idle))
+    elseif redis.call('PTTL', k) < life then
+      redis.call('PEXPIRE', k, life)
     end
   end
 end

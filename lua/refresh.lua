@@ -7,7 +7,7 @@
 -- Returns HELD (1) when extended, NOT_HELD (0) when the key is gone or
 -- not the caller's.
 local HELD, NOT_HELD = 1, 0
-if owned() then
+if owned(KEYS[1], ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   extend_idle(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]))
   return HELD

@@ -23,7 +23,7 @@
 local HELD, NOT_HELD = 1, 0
 
 if ARGV[3] ~= '' then
-  dequeue(ARGV[3])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
 end
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
@@ -36,13 +36,13 @@ elseif v then
   -- another owner's lock
   return {NOT_HELD}
 end
-local head, owner, ttl = queue_head()
+local head, owner, ttl = queue_head(KEYS[3], KEYS[4])
 if head then
   local t = grant(KEYS[1], KEYS[2], owner, ttl, tonumber(ARGV[5]))
   -- an unusable counter hands nothing on: the waiter's own attempt
   -- reports it
   if type(t) ~= 'table' then
-    dequeue(head)
+    dequeue(KEYS[3], KEYS[4], head)
     publish(ARGV[2], owner .. t)
     return {held, owner, t}
   end
