@@ -33,8 +33,6 @@ type Lock struct {
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
-	releaseSem chan struct{} // one slot, taken by a running Release
-
 	mu        sync.Mutex         // guards the fields below
 	base      time.Time          // local time before the last successful grant or refresh was sent
 	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
@@ -236,7 +234,7 @@ func (k *Lock) certain() bool {
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return refreshScript.Run(ctx, k.locker.client, k.keys[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleMS).Int64()
+		return refreshScript.Run(ctx, k.locker.client, k.keys[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
@@ -279,20 +277,25 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	// One Release at a time: a second one waits (while its ctx lasts),
 	// then finds the Lock released and sends nothing.
-	select {
-	case k.releaseSem <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
-	}
-	defer func() { <-k.releaseSem }()
-	k.mu.Lock()
-	err, stop := k.err, k.stop
-	if err == nil {
-		k.releasing = make(chan struct{})
-	}
-	k.mu.Unlock()
-	if err != nil {
-		return k.ended()
+	var stop context.CancelFunc
+	for {
+		k.mu.Lock()
+		if k.err != nil {
+			k.mu.Unlock()
+			return k.ended()
+		}
+		running := k.releasing
+		if running == nil {
+			k.releasing, stop = make(chan struct{}), k.stop
+			k.mu.Unlock()
+			break
+		}
+		k.mu.Unlock()
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
+		}
 	}
 	if stop != nil {
 		stop()
@@ -337,7 +340,7 @@ func (k *Lock) Release(ctx context.Context) error {
 // the lock was handed to, if any (owner is "" if none).
 func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (bool, string, Token, error) {
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS, k.locker.idleMS).Slice()
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS, k.locker.idleArg).Slice()
 	})
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])

@@ -44,7 +44,7 @@ type Locker struct {
 
 	replicas *replicaWait  // set by WithReplicas
 	idle     time.Duration // set by WithIdleExpiry
-	idleMS   int64         // idle in milliseconds, for the scripts
+	idleArg  any           // idle in milliseconds, boxed once for the scripts
 	logger   *slog.Logger  // set by WithLogger
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
@@ -83,7 +83,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 			opt(l)
 		}
 	}
-	l.idleMS = l.idle.Milliseconds()
+	l.idleArg = l.idle.Milliseconds()
 	switch {
 	case isNil(client):
 		l.err = invalidArg("nil redis client")
@@ -226,7 +226,7 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
 	nonce := hex.EncodeToString(b[:])
-	k := &Lock{locker: l, resource: resource, owner: nonce + ":", releaseSem: make(chan struct{}, 1)}
+	k := &Lock{locker: l, resource: resource, owner: nonce + ":"}
 	// One allocation for all the names: the keys are slices of it.
 	base := keyFor(l.prefix, resource, "")
 	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
@@ -313,7 +313,7 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		lifeArg = life.Milliseconds()
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg, l.idleMS).Slice()
+		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
 	})
 	if err != nil {
 		rerr := redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
