@@ -141,17 +141,10 @@ func (k *Lock) retune(ttl time.Duration) {
 	k.ttl = ttl
 }
 
-// end marks the Lock no longer held, for the reason err, unless it already
-// ended. It closes Done, stops the heartbeat and calls onEnd.
-func (k *Lock) end(err error) {
-	k.mu.Lock()
-	after := k.endLocked(err)
-	k.mu.Unlock()
-	after()
-}
-
-// endLocked is end with k.mu held; the caller runs what it returns once
-// it has unlocked k.mu.
+// endLocked marks the Lock no longer held, for the reason err, unless it
+// already ended, and closes Done; k.mu is held. The function it returns
+// stops the heartbeat and calls onEnd: the caller runs it once it has
+// unlocked k.mu.
 func (k *Lock) endLocked(err error) (after func()) {
 	if k.err != nil {
 		return func() {}
