@@ -563,6 +563,9 @@ func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
 	cancel()
 	<-first
 	<-second
+	// The subscriber's goroutine finishes its slow connect after the
+	// waiters have gone, then closes the connection.
+	ltNoGoroutinesLeftWithin(t, 5*time.Second)
 }
 
 // On a cluster of three masters, a waiter's sharded subscription that
