@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // driver "sqlite"
 
 	"github.com/fencedlock/fencedlock/internal/pgtest"
+	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/fencedlock/fencedlock/sqlstore"
 )
 
@@ -64,12 +64,14 @@ func postgresBackend(t testing.TB) *backend {
 }
 
 // proxiedPostgres returns a backend on the shared PostgreSQL server
-// whose every connection goes through a stallProxy.
-func proxiedPostgres(t testing.TB) (*backend, *stallProxy) {
+// whose every connection goes through a fault proxy (the TCP proxy of
+// internal/redistest, which serves any server): Pause stalls it, Resume
+// delivers what it held, Close drops every connection and the port.
+func proxiedPostgres(t testing.TB) (*backend, *redistest.Proxy) {
 	t.Helper()
 	srv := pgtest.Shared(t)
-	p := newStallProxy(t, srv.Addr())
-	host, port, _ := net.SplitHostPort(p.addr())
+	p := redistest.NewProxy(t, srv.Addr())
+	host, port, _ := net.SplitHostPort(p.Addr())
 	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=%s dbname=postgres sslmode=disable connect_timeout=10", host, port, srv.User))
 	if err != nil {
 		t.Fatal(err)
@@ -148,129 +150,4 @@ func nullInt(n sql.NullInt64) string {
 		return "NULL"
 	}
 	return itoa(n.Int64)
-}
-
-// stallProxy forwards TCP connections to a server until stall is called;
-// from then on it holds the bytes it reads, in both directions, and
-// delivers them only after release. close ends every connection, as a
-// dropped network would. Its goroutines end with close.
-type stallProxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex    // protects the fields below
-	held    chan struct{} // non-nil while stalled: closed by release
-	conns   []net.Conn
-	closed  bool
-	wg      sync.WaitGroup
-	accepts int
-}
-
-// newStallProxy starts a proxy to target (host:port) on a loopback port,
-// closed at the end of the test.
-func newStallProxy(t testing.TB, target string) *stallProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-// addr returns the proxy's host:port.
-func (p *stallProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *stallProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.Close()
-			s.Close()
-			return
-		}
-		p.accepts++
-		p.conns = append(p.conns, c, s)
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-// pipe copies from src to dst, holding each chunk while the proxy is
-// stalled.
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			held := p.held
-			p.mu.Unlock()
-			if held != nil {
-				<-held
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// stall makes the proxy hold every byte from now on, on the connections
-// it has and on those it accepts later (which it still accepts).
-func (p *stallProxy) stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held == nil {
-		p.held = make(chan struct{})
-	}
-}
-
-// release delivers the held bytes and forwards again.
-func (p *stallProxy) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held != nil {
-		close(p.held)
-		p.held = nil
-	}
-}
-
-// close closes the listener and every connection, releases what is held,
-// and waits for the proxy's goroutines.
-func (p *stallProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.ln.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	if p.held != nil {
-		close(p.held)
-		p.held = nil
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }

@@ -67,7 +67,7 @@ func TestStalledPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	p.stall()
+	p.Pause()
 
 	took, err := timed(t, timeout, func(ctx context.Context) error { return s.Put(ctx, "r", 6, []byte("six")) })
 	expectStalled(t, "Put", timeout, took, err)
@@ -87,7 +87,7 @@ func TestStalledPostgres(t *testing.T) {
 	expectStalled(t, "NewContext", timeout, took, err)
 
 	// Nothing left behind once the connections close.
-	p.close()
+	p.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for b.db.Stats().InUse != 0 || runtime.NumGoroutine() > before {
 		if time.Now().After(deadline) {
@@ -121,7 +121,7 @@ func TestStalledPostgresInFn(t *testing.T) {
 				fnDone <- err
 				return err
 			}
-			p.stall()
+			p.Pause()
 			err := e.insert(tx, "r", 7, "seven again") // stalls
 			if err == nil {
 				err = e.insert(tx, "r", 7, "seven once more")
@@ -132,7 +132,7 @@ func TestStalledPostgresInFn(t *testing.T) {
 	})
 	expectStalled(t, "Tx stalled in fn", timeout, took, err)
 
-	p.release()
+	p.Resume()
 	select {
 	case err := <-fnDone:
 		t.Logf("fn's statements after the deadline: %v", err)
@@ -207,7 +207,7 @@ func TestUnreachablePostgres(t *testing.T) {
 	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
 		t.Fatal(err)
 	}
-	p.close() // the port is closed, the pool's connections dropped
+	p.Close() // the port is closed, the pool's connections dropped
 
 	check := func(what string, err error) {
 		t.Helper()

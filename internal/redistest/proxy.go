@@ -251,6 +251,20 @@ func (p *Proxy) targetNow() (string, int) {
 	return p.target, p.targets
 }
 
+// Close stops the proxy before its test ends, as a server that went away:
+// the listener is closed (new connections are refused) and every
+// connection is closed. It waits for the proxy's goroutines. Closing
+// twice, or the test's own cleanup after it, does nothing more.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.ln.Close()
+	p.CloseAll()
+	p.wg.Wait()
+}
+
 // closeWait bounds how long close waits for the proxy's goroutines.
 const closeWait = 10 * time.Second
 
