@@ -101,12 +101,28 @@ func TestIdleExpiryKeepsACounterAheadOfTheClock(t *testing.T) {
 		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, l.TokenKey("ahead")), "a counter ahead of the clock got an expiry")
 		require.NoError(t, lock.Release(ctx))
 
-		// Within the idle expiry of the clock it expires as usual.
-		near := fencedlock.Token(ltServerMicros(t, b) + uint64(time.Minute/time.Microsecond))
-		require.NoError(t, l.Advance(ctx, "near", near))
-		lock = ltTryAcquire(t, ctx, l, "near", time.Second)
-		assert.Greater(t, ltPTTL(t, b, l.TokenKey("near")), time.Hour)
-		require.NoError(t, lock.Release(ctx))
+		// Kept while ahead, even when the server clock later steps back
+		// (by less than the idle expiry): the next token is still higher.
+		if !b.Real {
+			m := b.Miniredis()
+			now := time.Now()
+			m.SetTime(now)
+			near := fencedlock.Token(ltServerMicros(t, b) + uint64((time.Hour+time.Second-time.Millisecond)/time.Microsecond))
+			require.NoError(t, l.Advance(ctx, "step", near))
+			first := ltTryAcquire(t, ctx, l, "step", time.Second)
+			require.NoError(t, first.Release(ctx))
+			ltPassIdle(t, b, time.Hour+time.Second+time.Millisecond)
+			m.SetTime(now.Add(time.Hour + time.Second - 2*time.Second)) // the clock steps back 2s
+			next := ltTryAcquire(t, ctx, l, "step", time.Second)
+			assert.Greater(t, next.Token(), first.Token(), "a clock step back of 2s (idle 1h) gave a lower token")
+			require.NoError(t, next.Release(ctx))
+		}
+
+		// Advance to a floor behind the clock: the counter expires as usual.
+		require.NoError(t, l.Advance(ctx, "behind", 5))
+		left := ltPTTL(t, b, l.TokenKey("behind"))
+		assert.Greater(t, left, time.Duration(0), "a counter behind the clock got no expiry")
+		assert.LessOrEqual(t, left, time.Hour)
 	})
 }
 
@@ -129,6 +145,17 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 		require.NoError(t, b.Client.Del(ctx, key).Err())
 		ltPassIdle(t, b, time.Second+idle+100*time.Millisecond)
 		assert.Empty(t, ltKeys(t, b), "IssueToken's keys outlived the idle lock key")
+
+		// The same grant asking again after its counter was lost: the
+		// counter is rebuilt from the record, with the record's expiry.
+		require.NoError(t, b.Client.Set(ctx, key, "owner-3", time.Second).Err())
+		tok3, err := l.IssueToken(ctx, key, "owner-3")
+		require.NoError(t, err)
+		require.NoError(t, b.Client.Del(ctx, l.IssuedTokenKey(key)).Err())
+		again, err := l.IssueToken(ctx, key, "owner-3")
+		require.NoError(t, err)
+		assert.Equal(t, tok3, again)
+		assert.Greater(t, ltPTTL(t, b, l.IssuedTokenKey(key)), time.Duration(0), "the rebuilt counter is kept for ever")
 
 		require.NoError(t, b.Client.Set(ctx, key, "owner-2", 0).Err())
 		next, err := l.IssueToken(ctx, key, "owner-2")
@@ -170,4 +197,28 @@ func TestIdleExpiryOptions(t *testing.T) {
 			assert.ErrorIs(t, bad.Advance(ctx, "r", 5), fencedlock.ErrInvalidArgument, "%v", d)
 		}
 	})
+}
+
+// A waiter with a long TTL keeps its place in the queue when a waiter
+// with a short one joins and gives up: the queue's keys never get a
+// shorter expiry than their longest-lived entry.
+func TestIdleExpiryKeepsALongLivedWaitersPlace(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	mk := func() *fencedlock.Locker {
+		return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(time.Second))
+	}
+	holder := ltTryAcquire(t, ctx, mk(), "q", ltLongTTL)
+	longLocker := mk()
+	long := ltWaitFor(ctx, longLocker, "q", 10*time.Second, ltHourDelay) // renews its place every 3.3s
+	ltAwaitQueued(t, b, longLocker, "q")
+	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	_, err := mk().Acquire(sctx, "q", 100*time.Millisecond)
+	cancel()
+	require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+	time.Sleep(1200 * time.Millisecond) // past the short waiter's life and the idle expiry
+	require.Equal(t, int64(1), ltQueued(t, b, mk(), "q"), "the long-lived waiter lost its place")
+	require.NoError(t, holder.Release(ctx))
+	lock := ltAwait(t, long)
+	require.NoError(t, lock.Release(ctx))
 }

@@ -410,7 +410,7 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		return advanceScript.Run(ctx, l.client, []string{key}, floor.String()).Result()
+		return advanceScript.Run(ctx, l.client, []string{key}, floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
 		return redisErr(ctx, "advance", name, err, key)

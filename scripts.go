@@ -43,7 +43,7 @@ const (
 // the script cache does not hold them.
 var (
 	acquireScript = redis.NewScript(idleLua + counterLua + queueLua + acquireLua)
-	advanceScript = redis.NewScript(counterLua + advanceLua)
+	advanceScript = redis.NewScript(idleLua + counterLua + advanceLua)
 	releaseScript = redis.NewScript(idleLua + counterLua + queueLua + releaseLua)
 	refreshScript = redis.NewScript(idleLua + ownerLua + refreshLua)
 	pttlScript    = redis.NewScript(ownerLua + pttlLua)

@@ -34,7 +34,7 @@ local GRANTED, REFUSED, ABANDONED = 1, 0, -3
 local function refuse(ms)
   local floor = redis.pcall('GET', KEYS[2])
   if waiting then
-    enqueue(KEYS[3], KEYS[4], entry, tonumber(ARGV[3]), tonumber(ARGV[4]))
+    enqueue(KEYS[3], KEYS[4], entry, tonumber(ARGV[3]))
   end
   return {REFUSED, ms, floor}
 end
@@ -53,7 +53,10 @@ end
 local held = redis.call('GET', KEYS[1])
 if held then
   if string.sub(held, 1, #ARGV[1]) == ARGV[1] then
+    -- its own grant (a resent attempt, or a hand-over it has not heard
+    -- of): renewed, with its counter
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    extend_idle(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[4]))
     return {GRANTED, string.sub(held, #ARGV[1] + 1)}
   end
   return refuse(redis.call('PTTL', KEYS[1]))

@@ -1,21 +1,28 @@
 -- Raises a token counter so the next grant is above a floor.
 -- KEYS[1]: token counter key
 -- ARGV[1]: floor, a digit string without leading zeros, below 2^63-1
+-- ARGV[2]: the idle expiry in milliseconds (0: none) of the counter
 -- Returns the counter's value afterwards, as a string.
+--
+-- A counter it writes ahead of the clock is kept for ever (see
+-- keeps_for_ever); one at or behind the clock expires after idle.
 local c = read_counter(KEYS[1])
 if type(c) == 'table' then
   return c
 end
 local floor = ARGV[1]
-if not c then
+local seed = clock_seed()
+if not c or less(c, floor) then
   -- a missing counter is seeded as on acquire, and never below the floor
-  c = clock_seed()
-  if less(c, floor) then
-    c = floor
-  end
-  redis.call('SET', KEYS[1], c)
-elseif less(c, floor) then
   c = floor
-  redis.call('SET', KEYS[1], c)
+  if less(c, seed) then
+    c = seed
+  end
+  local idle = tonumber(ARGV[2])
+  if keeps_for_ever(c, seed, idle) then
+    redis.call('SET', KEYS[1], c)
+  else
+    redis.call('SET', KEYS[1], c, 'PX', string.format('%d', idle))
+  end
 end
 return c

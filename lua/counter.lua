@@ -89,10 +89,10 @@ local function next_token(key, ttl, idle)
   if not c or less(c, seed) then
     -- below 2^53 (the clock is), so exact as a Lua number
     local t = string.format('%d', tonumber(seed) + 1)
-    if keeps_for_ever(t, seed, ttl, idle) then
+    if keeps_for_ever(t, seed, idle) then
       redis.call('SET', key, t)
     else
-      redis.call('SET', key, t, 'PX', ttl + idle)
+      redis.call('SET', key, t, 'PX', string.format('%d', ttl + idle))
     end
     return t, seed
   end

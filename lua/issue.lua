@@ -31,7 +31,13 @@ if rec[1] or rec[2] then
     return c
   end
   if not c or less(c, last) then
-    redis.call('SET', KEYS[2], last)
+    -- with the record's expiry, so that it goes when the record does
+    local left = redis.call('PTTL', KEYS[3])
+    if left > 0 then
+      redis.call('SET', KEYS[2], last, 'PX', left)
+    else
+      redis.call('SET', KEYS[2], last)
+    end
   end
   if rec[1] == ARGV[1] then
     -- the same grant asks again: the same token, and its keys are kept

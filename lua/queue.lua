@@ -31,16 +31,13 @@ end
 
 -- Puts entry at the back of the queue, or leaves it where it is, and sets
 -- its deadline life milliseconds from now. The queue's keys live at least
--- as long as their longest-lived entry: with an idle expiry (idle > 0),
--- the longer of life and idle from now, set without reading; without
--- one, life from now unless they already live longer.
-local function enqueue(queue, deadlines, entry, life, idle)
+-- as long as their longest-lived entry: life from now, unless they
+-- already live longer.
+local function enqueue(queue, deadlines, entry, life)
   redis.call('ZADD', queue, 'NX', clock_seed(), entry)
   redis.call('HSET', deadlines, entry, now_ms() + life)
   for _, k in ipairs({queue, deadlines}) do
-    if idle > 0 then
-      redis.call('PEXPIRE', k, math.max(life, idle))
-    elseif redis.call('PTTL', k) < life then
+    if redis.call('PTTL', k) < life then
       redis.call('PEXPIRE', k, life)
     end
   end
