@@ -3,6 +3,8 @@ package fencedlock_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,5 +280,34 @@ func TestDoKeepsItsDeadlineWhenTheReleaseStalls(t *testing.T) {
 		})
 	})
 	s.p.Resume()
+	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+}
+
+// A cleanup that fails after its call returned is logged, with the
+// resource and the error: it is never lost silently.
+func TestBackgroundCleanupFailureIsLogged(t *testing.T) {
+	b := redistest.Real(t)
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() {
+		p.Resume()
+		c.Close()
+	})
+	logs := &ltSyncBuffer{}
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ltGrant(t, ltCtx(t), l, "warm-up")
+	p.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := l.TryAcquire(ctx, "logged", ltLongTTL)
+	cancel()
+	require.ErrorIs(t, err, fencedlock.ErrUnavailable)
+	assert.Contains(t, err.Error(), "goes on in the background")
+	// The cleanup has a second of its own; Redis stays stalled.
+	ltEventually(t, func() bool { return strings.Contains(logs.String(), "background cleanup failed") }, "the failed cleanup to be logged")
+	out := logs.String()
+	assert.Contains(t, out, "level=WARN")
+	assert.Contains(t, out, "resource=logged")
+	assert.Contains(t, out, "err=")
+	p.Resume()
 	ltNoGoroutinesLeftWithin(t, 10*time.Second)
 }

@@ -2,10 +2,12 @@ package fencedlock_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"regexp"
@@ -179,6 +181,38 @@ func ltNoPanic(fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// ltSyncBuffer is a bytes.Buffer safe for a logger's goroutines.
+type ltSyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *ltSyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *ltSyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// ltAwaitCleanup checks what err, the error of a call whose ctx ended,
+// says of its cleanup: done (the message speaks of no release), or still
+// going on in the background, as it may be past ctx's end on a loaded
+// machine; then it waits until done reports the cleanup's effect.
+func ltAwaitCleanup(t *testing.T, err error, done func() bool) {
+	t.Helper()
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "goes on in the background") {
+		ltEventually(t, done, "the background cleanup")
+		return
+	}
+	assert.NotContains(t, msg, "releas", "the cleanup failed")
 }
 
 // ltNoLock turns the results of TryAcquire or Acquire that must have
@@ -1338,13 +1372,15 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 				// No answer came: Redis did not say the lock was held.
 				assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
 				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
-				assert.False(t, ltExists(t, b, l.LockKey(res)), "the grant with the lost reply is still locked")
+				ltEventually(t, func() bool { return !ltExists(t, b, l.LockKey(res)) }, "the grant with the lost reply to be released (past ctx, in the background)")
 				ltGrant(t, ctx, l, res)
 			})
 
 			t.Run(name+" context cancelled in flight, cleanup fails too", func(t *testing.T) {
 				res := "lost-ctx-cleanup-" + name
 				fl, h, c := newClient(t, res)
+				logs := &ltSyncBuffer{}
+				fl = fencedlock.New(c, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 				spy := ltSpyCleanup(b, c, l, res)
 				spy.fail = errors.New("lt: cleanup failed")
 				cctx, cancel := context.WithCancel(ctx)
@@ -1358,9 +1394,15 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 				// No answer came: Redis did not say the lock was held.
 				assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
 				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
-				// The error keeps the attempt's report of the failed cleanup.
-				assert.Contains(t, err.Error(), "lt: cleanup failed")
+				// The error keeps the attempt's report of the failed cleanup,
+				// or, when the cleanup outlived the call's ctx (a loaded
+				// machine), says it goes on, and the Locker logs its failure.
 				assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released")
+				if strings.Contains(err.Error(), "goes on in the background") {
+					ltEventually(t, func() bool { return strings.Contains(logs.String(), "lt: cleanup failed") }, "the failed cleanup to be logged")
+				} else {
+					assert.Contains(t, err.Error(), "lt: cleanup failed")
+				}
 				calls, tok := spy.grant(t)
 				assert.Equal(t, 1, calls)
 				// The grant stays until its TTL ends, as the error says.
@@ -1756,7 +1798,7 @@ func TestAbandonedAttemptArrivingLateIsRefused(t *testing.T) {
 				assert.ErrorIs(t, err, context.DeadlineExceeded)
 				assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
 				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
-				assert.NotContains(t, strings.ToLower(err.Error()), "releas", "the cleanup failed")
+				ltAwaitCleanup(t, err, func() bool { return len(ltMarkers(t, b, l, res)) == 1 })
 				require.Zero(t, p.Released(), "the held request arrived before the client gave up (after %v)", took)
 				assert.Less(t, took, hold)
 
