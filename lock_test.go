@@ -1378,9 +1378,9 @@ func TestLostReplyLeavesNoLock(t *testing.T) {
 
 			t.Run(name+" context cancelled in flight, cleanup fails too", func(t *testing.T) {
 				res := "lost-ctx-cleanup-" + name
-				fl, h, c := newClient(t, res)
+				_, h, c := newClient(t, res)
 				logs := &ltSyncBuffer{}
-				fl = fencedlock.New(c, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+				fl := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 				spy := ltSpyCleanup(b, c, l, res)
 				spy.fail = errors.New("lt: cleanup failed")
 				cctx, cancel := context.WithCancel(ctx)
