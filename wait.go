@@ -100,7 +100,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 	if !head {
 		select {
 		case <-ctx.Done():
-			err := l.endedWaiting(q, resource, ctx)
+			err := l.endedWaiting(ctx, q, resource)
 			l.leave(q, w)
 			return nil, err
 		case <-w.wake:
@@ -149,7 +149,7 @@ type waitQueue struct {
 // own attempt: ErrNotAcquired when Redis has answered one of q's waiters
 // (and so said the lock is held), else ErrUnavailable: Redis has not
 // answered at all yet.
-func (l *Locker) endedWaiting(q *waitQueue, resource string, ctx context.Context) error {
+func (l *Locker) endedWaiting(ctx context.Context, q *waitQueue, resource string) error {
 	l.mu.Lock()
 	heard := q.heard
 	l.mu.Unlock()
@@ -256,10 +256,7 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 				// An error reply (OOM, READONLY during a failover...):
 				// leave the queue, or the lock would be handed to a waiter
 				// that has gone.
-				cerr := l.cleanUp(ctx, w.lock.resource, "leave the queue", func(ctx context.Context) error {
-					return w.lock.giveUp(ctx, ms, true, 0)
-				})
-				err = cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
+				err = l.leaveQueue(ctx, w, ms, err)
 			}
 			return time.Time{}, acquireErr(ctx, err)
 		}
@@ -312,11 +309,18 @@ func acquireErr(ctx context.Context, err error) error {
 // if it was queued in Redis, out of the Redis queue, passing on a lock
 // handed to it meanwhile. Its error is endedWaiting's.
 func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
-	err := l.endedWaiting(q, w.lock.resource, ctx)
+	err := l.endedWaiting(ctx, q, w.lock.resource)
 	l.leave(q, w)
 	if t := l.takeGrant(w); !queued && t == 0 {
 		return err
 	}
+	return l.leaveQueue(ctx, w, ms, err)
+}
+
+// leaveQueue takes w out of the Redis queue, passing on a lock handed to
+// it meanwhile (see Locker.cleanUp), and returns err, the error its wait
+// ends with, telling how that went.
+func (l *Locker) leaveQueue(ctx context.Context, w *waiter, ms int64, err error) error {
 	cerr := l.cleanUp(ctx, w.lock.resource, "leave the queue", func(ctx context.Context) error {
 		return w.lock.giveUp(ctx, ms, true, 0)
 	})
