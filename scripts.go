@@ -11,6 +11,8 @@ var (
 	idleLua string
 	//go:embed lua/counter.lua
 	counterLua string
+	//go:embed lua/acquire_free.lua
+	acquireFreeLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
 	//go:embed lua/queue.lua
@@ -19,6 +21,8 @@ var (
 	advanceLua string
 	//go:embed lua/owner.lua
 	ownerLua string
+	//go:embed lua/release_free.lua
+	releaseFreeLua string
 	//go:embed lua/release.lua
 	releaseLua string
 	//go:embed lua/refresh.lua
@@ -40,11 +44,13 @@ const (
 )
 
 // The scripts run with EVALSHA, falling back to EVAL once per server when
-// the script cache does not hold them.
+// the script cache does not hold them. The acquire and release scripts
+// open with their common case (acquire_free.lua, release_free.lua), which
+// returns before the shared preludes' functions are defined.
 var (
-	acquireScript = redis.NewScript(idleLua + counterLua + queueLua + acquireLua)
+	acquireScript = redis.NewScript(acquireFreeLua + idleLua + counterLua + queueLua + acquireLua)
 	advanceScript = redis.NewScript(idleLua + counterLua + advanceLua)
-	releaseScript = redis.NewScript(idleLua + counterLua + queueLua + releaseLua)
+	releaseScript = redis.NewScript(releaseFreeLua + idleLua + counterLua + queueLua + releaseLua)
 	refreshScript = redis.NewScript(idleLua + ownerLua + refreshLua)
 	pttlScript    = redis.NewScript(ownerLua + pttlLua)
 	putScript     = redis.NewScript(putLua)

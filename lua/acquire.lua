@@ -40,7 +40,8 @@ local function refuse(ms)
 end
 
 if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
-  -- Free, nobody queued, no marker: the common case, in the fewest steps.
+  -- Free, nobody queued, no marker, and a counter that acquire_free.lua
+  -- left to this part: ahead of the clock, or unusable.
   local t = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[4]))
   if type(t) == 'table' then
     return t
