@@ -67,7 +67,7 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return issueScript.Run(ctx, l.client, []string{lockKey, counter, record}, ownerValue, l.idleArg).Slice()
+		return issueScript.run(ctx, l.client, boxKeys(lockKey, counter, record), ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)

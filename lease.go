@@ -29,7 +29,9 @@ type Lock struct {
 	locker   *Locker
 	resource string
 	keys     [5]string // lock, token counter, queue, queue deadlines, abandon marker of the acquire attempt
+	keyArgs  [5]any    // keys, boxed once for script arguments
 	channel  string    // where releases that hand the lock on publish
+	chanArg  any       // channel, boxed once for script arguments
 	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
@@ -227,7 +229,7 @@ func (k *Lock) certain() bool {
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return refreshScript.Run(ctx, k.locker.client, k.keys[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
+		return refreshScript.run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
@@ -293,7 +295,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	if stop != nil {
 		stop()
 	}
-	held, owner, token, err := k.release(ctx, k.keys[:keyMarker], "", "")
+	held, owner, token, err := k.release(ctx, k.keyArgs[:keyMarker], "", "")
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
@@ -331,9 +333,9 @@ func (k *Lock) Release(ctx context.Context) error {
 // release runs the release script: see lua/release.lua. It reports
 // whether the caller held the lock, and the owner and token of the waiter
 // the lock was handed to, if any (owner is "" if none).
-func (k *Lock) release(ctx context.Context, keys []string, entry string, markerMS any) (bool, string, Token, error) {
+func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any) (bool, string, Token, error) {
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.channel, entry, markerMS, k.locker.idleArg).Slice()
+		return releaseScript.run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
 	})
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
@@ -365,7 +367,7 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 	if markerMS > 0 {
 		marker = markerMS
 	}
-	_, owner, token, err := k.release(ctx, k.keys[:], entry, marker)
+	_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
 	if owner != "" {
 		k.locker.handedOn(k.resource, owner, token)
 	}
@@ -386,7 +388,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	ms, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return pttlScript.Run(ctx, k.locker.client, k.keys[:1], k.owner).Int64()
+		return pttlScript.run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Int64()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])

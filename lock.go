@@ -225,8 +225,12 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
-	nonce := hex.EncodeToString(b[:])
-	k := &Lock{locker: l, resource: resource, owner: nonce + ":"}
+	var hexed [len(b)*2 + 1]byte
+	hex.Encode(hexed[:], b[:])
+	hexed[len(hexed)-1] = ':'
+	owner := string(hexed[:])
+	nonce := owner[:len(owner)-1]
+	k := &Lock{locker: l, resource: resource, owner: owner}
 	// One allocation for all the names: the keys are slices of it.
 	base := keyFor(l.prefix, resource, "")
 	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
@@ -234,6 +238,10 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
 	}
 	k.channel = all
+	for i, key := range k.keys {
+		k.keyArgs[i] = key
+	}
+	k.chanArg = k.channel
 	return k, nil
 }
 
@@ -313,7 +321,7 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		lifeArg = life.Milliseconds()
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return acquireScript.Run(ctx, l.client, lock.keys[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
+		return acquireScript.run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
 	})
 	if err != nil {
 		rerr := redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
@@ -410,7 +418,7 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		return advanceScript.Run(ctx, l.client, []string{key}, floor.String(), l.idleArg).Result()
+		return advanceScript.run(ctx, l.client, boxKeys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
 		return redisErr(ctx, "advance", name, err, key)

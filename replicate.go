@@ -144,7 +144,7 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration
 	conn := node.Conn()
 	defer conn.Close()
 	sent := time.Now()
-	n, err := refreshScript.Run(ctx, conn, k.keys[:keyQueue], k.owner, ttl.Milliseconds(), l.idleArg).Int64()
+	n, err := refreshScript.run(ctx, conn, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), l.idleArg).Int64()
 	if err != nil {
 		return redisErr(ctx, "acquire", k.resource, err, k.keys[keyLock])
 	}

@@ -1,7 +1,10 @@
 package fencedlock
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,16 +46,67 @@ const (
 	statusNotOwner  = -3 // pttl.lua: the lock is gone or another's
 )
 
-// The scripts run with EVALSHA, falling back to EVAL once per server when
-// the script cache does not hold them. The acquire and release scripts
-// open with their common case (acquire_free.lua, release_free.lua), which
+// The scripts run with EVALSHA, falling back to EVAL when the server's
+// script cache does not hold them. The acquire and release scripts open
+// with their common case (acquire_free.lua, release_free.lua), which
 // returns before the shared preludes' functions are defined.
 var (
-	acquireScript = redis.NewScript(acquireFreeLua + idleLua + counterLua + queueLua + acquireLua)
-	advanceScript = redis.NewScript(idleLua + counterLua + advanceLua)
-	releaseScript = redis.NewScript(releaseFreeLua + idleLua + counterLua + queueLua + releaseLua)
-	refreshScript = redis.NewScript(idleLua + ownerLua + refreshLua)
-	pttlScript    = redis.NewScript(ownerLua + pttlLua)
-	putScript     = redis.NewScript(putLua)
-	issueScript   = redis.NewScript(idleLua + counterLua + issueLua)
+	acquireScript = newScript(acquireFreeLua + idleLua + counterLua + queueLua + acquireLua)
+	advanceScript = newScript(idleLua + counterLua + advanceLua)
+	releaseScript = newScript(releaseFreeLua + idleLua + counterLua + queueLua + releaseLua)
+	refreshScript = newScript(idleLua + ownerLua + refreshLua)
+	pttlScript    = newScript(ownerLua + pttlLua)
+	putScript     = newScript(putLua)
+	issueScript   = newScript(idleLua + counterLua + issueLua)
 )
+
+// script is one of the library's Lua scripts, with its source and SHA1
+// boxed once: they cost no allocation as command arguments.
+type script struct {
+	src, sha any // strings
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// processor is a Redis client or connection.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run runs the script with keys and then args, as go-redis's Script.Run
+// does (EVALSHA, then EVAL if the server answers NOSCRIPT), but with keys
+// that the caller boxed: a Lock boxes its keys once for all its calls.
+func (s *script) run(ctx context.Context, c processor, keys []any, args ...any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
+	cmdArgs = append(cmdArgs, keys...)
+	cmdArgs = append(cmdArgs, args...)
+	cmd := send(ctx, c, cmdArgs)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmdArgs[0], cmdArgs[1] = "eval", s.src
+		cmd = send(ctx, c, cmdArgs)
+	}
+	return cmd
+}
+
+// send sends an EVALSHA or EVAL command.
+func send(ctx context.Context, c processor, cmdArgs []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if cmdArgs[2] != 0 {
+		cmd.SetFirstKeyPos(3) // the first key, for Cluster's routing
+	}
+	_ = c.Process(ctx, cmd)
+	return cmd
+}
+
+// boxKeys boxes keys for script.run.
+func boxKeys(keys ...string) []any {
+	b := make([]any, len(keys))
+	for i, k := range keys {
+		b[i] = k
+	}
+	return b
+}

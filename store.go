@@ -169,7 +169,7 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 	}
 	key := s.Key(resource)
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return putScript.Run(ctx, s.client, []string{key}, token.String(), value).Slice()
+		return putScript.run(ctx, s.client, boxKeys(key), token.String(), value).Slice()
 	})
 	if err != nil {
 		return redisErr(ctx, "put", resource, err, key)

@@ -39,7 +39,7 @@ local function refuse(ms)
   return {REFUSED, ms, floor}
 end
 
-if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
+if present == 0 then
   -- Free, nobody queued, no marker, and a counter that acquire_free.lua
   -- left to this part: ahead of the clock, or unusable.
   local t = grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[4]))

@@ -5,7 +5,10 @@
 -- case pays for none of them, and it reads everything before it writes:
 -- any other case falls through, with nothing written, to the full script
 -- below, which decides it by the same rules (counter.lua's next_token).
-if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
+-- present: how many of the lock, the queue and the marker exist, which
+-- the full script reads too.
+local present = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5])
+if present == 0 then
   local c = redis.pcall('GET', KEYS[2])
   local now = redis.call('TIME')
   local seed = now[1] .. string.format('%06d', tonumber(now[2]))
