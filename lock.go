@@ -48,10 +48,10 @@ type Locker struct {
 	logger   *slog.Logger  // set by WithLogger
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
-	mu      sync.Mutex             // guards the fields below
-	queues  map[string]*waitQueue  // local waiters by resource
-	subs    map[uint16]*subscriber // subscriptions by group (see subGroup)
-	sharded int8                   // 0: not known yet; 1: SSUBSCRIBE; -1: SUBSCRIBE
+	mu     sync.Mutex             // guards the fields below
+	queues map[string]*waitQueue  // local waiters by resource
+	subs   map[uint16]*subscriber // subscriptions by group (see subGroup)
+	pubsub pubsubKind             // learnt by probe
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,

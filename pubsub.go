@@ -53,14 +53,14 @@ const (
 // already, or when the Locker cannot tell which kind of pub/sub Redis has.
 func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	l.mu.Lock()
-	mode := l.sharded
-	if q.sub != nil || mode == 0 {
+	mode := l.pubsub
+	if q.sub != nil || mode == pubsubUnknown {
 		sub, ready := q.sub, q.ready
 		l.mu.Unlock()
 		if sub != nil {
 			return pending(ready)
 		}
-		if mode = l.probe(ctx); mode == 0 {
+		if mode = l.probe(ctx); mode == pubsubUnknown {
 			return nil
 		}
 		l.mu.Lock()
@@ -73,7 +73,7 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	defer l.mu.Unlock()
 	_, cluster := l.client.(*redis.ClusterClient)
 	var group uint16
-	if cluster && mode > 0 {
+	if cluster && mode == pubsubSharded {
 		group = hashSlot(q.channel)
 	}
 	if l.subs == nil {
@@ -81,7 +81,7 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	}
 	s := l.subs[group]
 	if s == nil {
-		s = &subscriber{l: l, group: group, sharded: mode > 0, cluster: cluster, channels: make(map[string]*waitQueue), wake: make(chan struct{}, 1)}
+		s = &subscriber{l: l, group: group, sharded: mode == pubsubSharded, cluster: cluster, channels: make(map[string]*waitQueue), wake: make(chan struct{}, 1)}
 		l.subs[group] = s
 		go s.serve()
 	}
@@ -166,25 +166,35 @@ func pending(ready chan struct{}) <-chan struct{} {
 	}
 }
 
-// probe finds out whether Redis has sharded pub/sub (Redis 7 and later),
-// which the scripts use where they can, and remembers it: it returns 1 if
-// so, -1 if not, 0 if Redis could not tell (it is asked again next time).
-func (l *Locker) probe(ctx context.Context) int8 {
+// pubsubKind is the kind of pub/sub a Redis server has, as far as a
+// Locker knows.
+type pubsubKind int8
+
+const (
+	pubsubUnknown pubsubKind = iota // not known yet
+	pubsubSharded                   // SSUBSCRIBE (Redis 7 and later)
+	pubsubClassic                   // SUBSCRIBE only
+)
+
+// probe finds out whether Redis has sharded pub/sub, which the scripts
+// use where they can, and remembers it; pubsubUnknown when Redis could
+// not tell (it is asked again next time).
+func (l *Locker) probe(ctx context.Context) pubsubKind {
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
 		return l.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Result()
 	})
-	var mode int8
+	var mode pubsubKind
 	switch {
 	case err == nil:
-		mode = 1
+		mode = pubsubSharded
 	case isServerError(err) && strings.Contains(strings.ToLower(err.Error()), "unknown"):
 		// "unknown subcommand" (Redis before 7) or "unknown command"
-		mode = -1
+		mode = pubsubClassic
 	default:
-		return 0
+		return pubsubUnknown
 	}
 	l.mu.Lock()
-	l.sharded = mode
+	l.pubsub = mode
 	l.mu.Unlock()
 	return mode
 }
