@@ -101,7 +101,7 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
-	section := textSection(out, "targets (issue 12):")
+	section := textSection(out, "targets:")
 	const wantTargets = 11 // uncontended 1, uncontended-paired 2, contended 4 each
 	if len(section) != 1+wantTargets {
 		t.Fatalf("targets table has %d lines, want %d in:\n%s", len(section), 1+wantTargets, out)

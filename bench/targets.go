@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// The targets of the project's issue 12, which fencedlock (the
+// The project's performance targets, which fencedlock (the
 // reference) is checked against. Each is decided on the median over
 // rounds; the report also says in how many rounds it held.
 
@@ -238,10 +238,10 @@ func writeTargets(w io.Writer, rows []row, markdown bool) {
 	}
 	fmt.Fprintln(w)
 	if markdown {
-		fmt.Fprintln(w, "Targets (issue 12):")
+		fmt.Fprintln(w, "Targets:")
 		fmt.Fprintln(w)
 	} else {
-		fmt.Fprintln(w, "targets (issue 12):")
+		fmt.Fprintln(w, "targets:")
 	}
 	t.write(w, markdown, 2)
 	fmt.Fprintln(w)
