@@ -73,7 +73,7 @@ func TestProbeAsksAgainAfterOtherErrors(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return c.Ping(ctx).Err() != nil // BUSY
 	}, 5*time.Second, 10*time.Millisecond)
-	assert.Equal(t, int8(0), l.probe(ctx), "a BUSY reply settled the kind of pub/sub")
+	assert.Equal(t, pubsubUnknown, l.probe(ctx), "a BUSY reply settled the kind of pub/sub")
 	require.NoError(t, c.Do(ctx, "SCRIPT", "KILL").Err())
 	assert.Eventually(t, func() bool { return l.probe(ctx) != 0 }, 5*time.Second, 10*time.Millisecond,
 		"the probe could not tell once Redis answered")
