@@ -127,7 +127,7 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
 	}
 	if !d.valid() {
-		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v: use sqlstore.SQLite or sqlstore.Postgres", fencedlock.ErrInvalidArgument, d)
+		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v: use sqlstore.SQLite, sqlstore.Postgres or sqlstore.MySQL", fencedlock.ErrInvalidArgument, d)
 	}
 	c := config{table: DefaultTable, create: true}
 	for _, opt := range opts {
@@ -182,7 +182,10 @@ func (s *Store) fits(ctx context.Context) error {
 		}
 		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
 	}
-	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, "", int64(1), []byte{})
+	if s.dialect == MySQL {
+		return s.fitsMySQL(ctx)
+	}
+	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, s.q.putArgs("", 1, []byte{})...)
 	if err == nil {
 		err = rows.Close()
 	}
@@ -300,13 +303,12 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	value = append([]byte{}, value...)
 	var fence int64
 	err := bounded(ctx, "put", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.put, resource, int64(token), value).Scan(&fence)
+		var err error
+		fence, err = s.put(ctx, resource, int64(token), value)
+		return err
 	})
 	if err != nil {
-		if errors.Is(err, fencedlock.ErrUnavailable) {
-			return err
-		}
-		return dbErr(ctx, "put", resource, "", err)
+		return err
 	}
 	current, err := fenceToken(fence, "fence", resource)
 	if err != nil {
@@ -315,6 +317,19 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	// The statement applied the rule (a returned fence above token means
 	// it refused); CheckToken builds the error of a refusal.
 	return fencedlock.CheckToken(resource, token, current)
+}
+
+// put is Put's database work: it returns the fence the upsert left, or
+// an error of dbErr.
+func (s *Store) put(ctx context.Context, resource string, token int64, value []byte) (int64, error) {
+	if s.dialect == MySQL {
+		return s.putMySQL(ctx, resource, token, value)
+	}
+	var fence int64
+	if err := s.db.QueryRowContext(ctx, s.q.put, s.q.putArgs(resource, token, value)...).Scan(&fence); err != nil {
+		return 0, dbErr(ctx, "put", resource, "", err)
+	}
+	return fence, nil
 }
 
 // Get implements fencedlock.Store. It returns the value of resource's
@@ -474,9 +489,22 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		}
 		conn.Close()
 	}()
+	for attempt := 1; ; attempt++ {
+		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn)
+		if !raiseFailed || discard || !s.again(ctx, err, attempt) {
+			return victimErr(err, attempt)
+		}
+	}
+}
+
+// txOn makes one attempt at Tx's transaction on conn, and sets *discard
+// when conn is to be closed instead of going back to the pool.
+// raiseFailed reports that the statements raising the fence failed, so
+// that fn has not run, and err is their error, wrapped.
+func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) (raiseFailed bool, err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return dbErr(ctx, "tx", resource, "begin: ", err)
+		return false, dbErr(ctx, "tx", resource, "begin: ", err)
 	}
 	done := false
 	defer func() {
@@ -484,32 +512,49 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		// of fn unwinds the stack (or fn calls runtime.Goexit).
 		if !done {
 			if err := tx.Rollback(); err != nil && !rolledBack(ctx, err) {
-				discard = !s.rollback(conn)
+				*discard = !s.rollback(conn)
 			}
 		}
 	}()
-	var fence int64
-	if err := tx.QueryRowContext(ctx, s.q.raise, resource, int64(token)).Scan(&fence); err != nil {
-		return dbErr(ctx, "tx", resource, "raising the fence: ", err)
+	fence, err := s.raise(ctx, tx, resource, int64(token))
+	if err != nil {
+		return true, dbErr(ctx, "tx", resource, "raising the fence: ", err)
 	}
 	current, err := fenceToken(fence, "fence", resource)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := fencedlock.CheckToken(resource, token, current); err != nil {
-		return err
+		return false, err
 	}
 	if err := fn(tx); err != nil {
-		return err
+		return false, err
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
 		if !rolledBack(ctx, err) {
-			discard = !s.rollback(conn)
+			*discard = !s.rollback(conn)
 		}
-		return dbErr(ctx, "tx", resource, "commit: ", err)
+		return false, dbErr(ctx, "tx", resource, "commit: ", err)
 	}
-	return nil
+	return false, nil
+}
+
+// raise runs the statements of Tx that raise resource's fence to token
+// in tx, taking the lock that the transaction then holds to its end, and
+// returns the fence they leave: one upsert returning it, or in MySQL the
+// upsert and a locking read (see newMySQLQueries).
+func (s *Store) raise(ctx context.Context, tx *sql.Tx, resource string, token int64) (int64, error) {
+	var fence int64
+	if s.dialect != MySQL {
+		err := tx.QueryRowContext(ctx, s.q.raise, s.q.raiseArgs(resource, token)...).Scan(&fence)
+		return fence, err
+	}
+	if _, err := tx.ExecContext(ctx, s.q.raise, s.q.raiseArgs(resource, token)...); err != nil {
+		return 0, err
+	}
+	err := tx.QueryRowContext(ctx, s.q.lock, resource).Scan(&fence)
+	return fence, err
 }
 
 // rolledBack reports whether err, the error of tx.Commit or tx.Rollback
