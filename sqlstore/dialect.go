@@ -164,7 +164,8 @@ func validTable(name string) string {
 // the connections of a pool would not share the fences. It compares
 // without regard to case, as SQLite does. (validTable accepts lower case
 // only, so in PostgreSQL, which compares quoted names exactly, that
-// refuses nothing more.)
+// refuses nothing more.) MySQL has no such schema: its schemas are
+// databases.
 func tempSchema(d Dialect, table string) string {
 	schema, _, ok := strings.Cut(table, ".")
 	if !ok {
