@@ -7,12 +7,11 @@ import (
 	"strings"
 )
 
-// MySQL and MariaDB have no RETURNING (MariaDB's INSERT ... RETURNING
-// does not return the row an ON DUPLICATE KEY UPDATE updated), so the
-// fence an upsert leaves is read by a second statement of its
-// transaction, under the lock the upsert took. The package documentation
-// sums up what this relies on; the comments here say why each step is
-// atomic.
+// MySQL has no RETURNING. (MariaDB has INSERT ... RETURNING from 10.5 on,
+// but the dialect is one set of statements for both.) So the fence an
+// upsert leaves is read by a second statement of its transaction, under
+// the lock the upsert took. The package documentation sums up what this
+// relies on; the comments here say why each step is atomic.
 
 // maxResourceBytes is the length of the resource column that New
 // creates in MySQL, VARBINARY(1024): MaxResourceLen bytes, compared byte
