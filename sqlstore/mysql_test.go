@@ -29,14 +29,15 @@ func innodbStatus(t *testing.T, b *backend, name string) int64 {
 	return n
 }
 
-// waitLockWaits waits until n statements wait for a row lock in InnoDB.
-// (information_schema.INNODB_TRX does not list them all in MariaDB: a
-// transaction that has written nothing yet may be missing.)
-func waitLockWaits(t *testing.T, b *backend, n int64) {
+// waitLockWaits waits until n more statements than before wait for a
+// row lock in InnoDB, before being the number when the test began to
+// wait. (information_schema.INNODB_TRX does not list them all in
+// MariaDB: a transaction that has written nothing yet may be missing.)
+func waitLockWaits(t *testing.T, b *backend, before, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		waiting := innodbStatus(t, b, "Innodb_row_lock_current_waits")
+		waiting := innodbStatus(t, b, "Innodb_row_lock_current_waits") - before
 		if waiting == n {
 			return
 		}
@@ -73,6 +74,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 		case err := <-held:
 			t.Fatalf("Tx(%q, 5) = %v without holding the lock", r, err)
 		}
+		waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
 		// Two Puts and two Tx calls wait for the holder's lock.
 		type result struct {
 			call string
@@ -95,7 +97,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 				results <- result{call: fmt.Sprintf("Tx(%d)", token), runs: runs, err: err}
 			}()
 		}
-		waitLockWaits(t, e.backend, 4)
+		waitLockWaits(t, e.backend, waits, 4)
 		close(release)
 		if err := <-held; !errors.Is(err, rollback) {
 			t.Fatalf("Tx(%q, 5) = %v; want fn's error", r, err)
@@ -262,10 +264,15 @@ func TestMySQLKilledConnection(t *testing.T) {
 			return nil
 		})
 	}()
-	<-holding
+	select {
+	case <-holding:
+	case err := <-held:
+		t.Fatalf("Tx(6) = %v without holding the lock", err)
+	}
+	waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
 	put := make(chan error, 1)
 	go func() { put <- e.s.Put(e.ctx, "r", 7, []byte("seven")) }()
-	waitLockWaits(t, e.backend, 1)
+	waitLockWaits(t, e.backend, waits, 1)
 	var id int64
 	if err := e.db.QueryRowContext(e.ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO %value_token%'`).Scan(&id); err != nil {
 		t.Fatalf("finding the waiting Put's connection: %v", err)
@@ -343,4 +350,25 @@ func TestMySQLTooManyConnections(t *testing.T) {
 	}))
 	_, err = sqlstore.NewContext(ctx, b.db, sqlstore.MySQL, sqlstore.WithTable(b.name(t, "fences")))
 	check("NewContext", err)
+}
+
+// The table New creates in MySQL enforces its CHECK constraints (MariaDB,
+// and MySQL from 8.0.16): no fence or value token of 0, and no value
+// token above the fence.
+func TestMySQLSchemaConstraints(t *testing.T) {
+	b := mysqlBackend(t)
+	s := b.newStore(t)
+	b.exec(t, `INSERT INTO `+s.Table()+` (resource, fence, value, value_token) VALUES ('ok', 5, 'v', 5)`)
+	for _, row := range []string{
+		`('fence 0', 0, NULL, NULL)`,
+		`('token 0', 5, 'v', 0)`,
+		`('token above fence', 5, 'v', 6)`,
+	} {
+		if _, err := b.db.Exec(`INSERT INTO ` + s.Table() + ` (resource, fence, value, value_token) VALUES ` + row); err == nil {
+			t.Errorf("the table took the row %s", row)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM `+s.Table()); n != 1 {
+		t.Errorf("the table has %d rows; want 1", n)
+	}
 }

@@ -122,23 +122,28 @@ func TestReadyWantsHandshake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		done := make(chan struct{})
 		go func(greeting []byte) {
+			defer close(done)
 			for {
 				c, err := l.Accept()
 				if err != nil {
 					return
 				}
+				// Keep the connection open while ready reads: it
+				// gives up after its own deadline.
 				c.Write(greeting)
-				time.Sleep(time.Second)
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				c.Read(make([]byte, 1))
 				c.Close()
 			}
 		}(greeting)
-		addr := l.Addr().(*net.TCPAddr)
-		s := &Server{Host: "127.0.0.1", Port: addr.Port}
+		s := &Server{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port}
 		if s.ready() {
 			t.Errorf("ready() = true for a server that sends %s", name)
 		}
 		l.Close()
+		<-done
 	}
 }
 
