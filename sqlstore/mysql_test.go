@@ -127,6 +127,62 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 	e.expectIdle()
 }
 
+// A Tx made again after a deadlock returns fn's error as it is, even one
+// that says "deadlock": four Tx calls wait for the one that inserted a
+// new resource's row, which rolls back; InnoDB ends the waiters'
+// deadlock, the victims begin again, and each fn runs once and returns
+// an error of its own, which Tx returns itself.
+func TestMySQLDeadlockVictimReturnsFnError(t *testing.T) {
+	e := newTxEnv(t, mysqlBackend(t))
+	before := innodbStatus(t, e.backend, "Innodb_deadlocks")
+	holding, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- e.s.Tx(e.ctx, "new", 5, func(*sql.Tx) error {
+			close(holding)
+			<-release
+			return errors.New("rolled back by fn")
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-held:
+		t.Fatalf("Tx(5) = %v without holding the lock", err)
+	}
+	waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
+	type result struct {
+		fnErr, err error
+		runs       int
+	}
+	results := make(chan result, 4)
+	for token := fencedlock.Token(6); token <= 9; token++ {
+		token := token
+		go func() {
+			fnErr := &mysql.MySQLError{Number: 1213, Message: fmt.Sprintf("fn of Tx(%d)", token)}
+			runs := 0
+			err := e.s.Tx(e.ctx, "new", token, func(*sql.Tx) error {
+				runs++
+				return fnErr
+			})
+			results <- result{fnErr: fnErr, err: err, runs: runs}
+		}()
+	}
+	waitLockWaits(t, e.backend, waits, 4)
+	close(release)
+	<-held
+	for i := 0; i < 4; i++ {
+		r := <-results
+		if r.err != error(r.fnErr) || r.runs != 1 {
+			t.Errorf("Tx = %v, fn ran %d times; want fn's error (%v) as it is, fn run once", r.err, r.runs, r.fnErr)
+		}
+	}
+	if n := innodbStatus(t, e.backend, "Innodb_deadlocks") - before; n == 0 {
+		t.Error("InnoDB broke no deadlock: the test did not make the one it is about")
+	}
+	e.expectFence("new", 0)
+	e.expectIdle()
+}
+
 // A deadlock in fn's own statements is fn's error: Tx returns it as it
 // is, and does not run fn again.
 func TestMySQLDeadlockInFnNotTriedAgain(t *testing.T) {

@@ -279,21 +279,20 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 // row (PostgreSQL) or the database (SQLite). In MySQL it is a transaction
 // of the upsert and a read of the fence it left, under the row's lock,
 // made again when InnoDB ends it as a deadlock victim (see the package
-// documentation). A zero token or one above
-// MaxToken returns an error wrapping fencedlock.ErrInvalidToken; an empty
-// resource, one longer than MaxResourceLen bytes, not valid UTF-8 or
-// holding a NUL byte, an error wrapping fencedlock.ErrInvalidArgument.
-// A nil value is stored as an empty one.
+// documentation). A zero token or one above MaxToken returns an error
+// wrapping fencedlock.ErrInvalidToken; an empty resource, one longer than
+// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
+// wrapping fencedlock.ErrInvalidArgument. A nil value is stored as an
+// empty one.
 //
 // A ctx that has ended before the call returns ctx.Err() as it is, and
 // nothing is sent. A database that cannot be reached or whose connection
 // breaks, a driver error whose SQLSTATE says so (class 08, 57P01-57P03,
 // 53300), a MySQL error that says so (e.g. 1040 too many connections;
 // the package documentation lists them), and a ctx that ends while the
-// database works, give an error
-// wrapping fencedlock.ErrUnavailable together with the cause (the net
-// error, the driver's error, ctx.Err()). Other database errors are
-// wrapped as they are.
+// database works, give an error wrapping fencedlock.ErrUnavailable
+// together with the cause (the net error, the driver's error, ctx.Err()).
+// Other database errors are wrapped as they are.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
 // first, it returns at once and leaves the statement to the driver,
@@ -507,7 +506,10 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 	}()
 	for attempt := 1; ; attempt++ {
 		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn)
-		if !raiseFailed || discard || !s.again(ctx, err, attempt) {
+		switch {
+		case !raiseFailed:
+			return err // fn's error among others, as it is
+		case discard || !s.again(ctx, err, attempt):
 			return victimErr(err, attempt)
 		}
 	}
