@@ -88,9 +88,8 @@ ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
 // SELECT ... FOR UPDATE first, and inserted it when it was missing,
 // would take a gap lock on the missing row under REPEATABLE READ. Gap
 // locks do not exclude each other, but they block inserts: two such
-// transactions on one new resource would each wait for the other's gap
-// lock to insert, a deadlock, every time two callers used a resource
-// for the first time at once.
+// transactions that both read a new resource before either inserted it
+// would each wait for the other's gap lock to insert, a deadlock.
 //
 // A deadlock remains possible on a new resource: when the transaction
 // that inserted its row rolls back while two or more others wait for
@@ -145,9 +144,9 @@ func (s *Store) putMySQLOnce(ctx context.Context, resource string, token int64, 
 	if err != nil {
 		return 0, dbErr(ctx, "put", resource, "begin: ", err)
 	}
-	committed := false
+	done := false // Commit was called, which ends tx whatever it returns
 	defer func() {
-		if !committed {
+		if !done {
 			// After a failed statement, or a deadlock that ended
 			// the transaction already: database/sql discards a
 			// connection whose ROLLBACK fails.
@@ -160,7 +159,7 @@ func (s *Store) putMySQLOnce(ctx context.Context, resource string, token int64, 
 	if err := tx.QueryRowContext(ctx, s.q.lock, resource).Scan(&fence); err != nil {
 		return 0, dbErr(ctx, "put", resource, "reading the fence: ", err)
 	}
-	committed = true
+	done = true
 	if err := tx.Commit(); err != nil {
 		return 0, dbErr(ctx, "put", resource, "commit: ", err)
 	}
