@@ -8,11 +8,13 @@ import (
 	"github.com/fencedlock/fencedlock"
 )
 
-// The benchmarks run on a SQLite file (WAL, synchronous off) and on the
-// tests' PostgreSQL server (fsync off): they measure the Store's
-// statements and round trips, not a disk.
+// The benchmarks run on a SQLite file (WAL, synchronous off), on the
+// tests' PostgreSQL server (fsync off) and on their MariaDB server (the
+// redo log not flushed at commit): they measure the Store's statements
+// and round trips, not a disk.
 
-// BenchmarkPut measures a fenced write of a 128-byte value: one upsert.
+// BenchmarkPut measures a fenced write of a 128-byte value: one upsert
+// (in MySQL a transaction of the upsert and a locking read).
 func BenchmarkPut(b *testing.B) {
 	eachDialectB(b, func(b *testing.B, be *backend) {
 		s := be.newStore(b)
@@ -29,7 +31,8 @@ func BenchmarkPut(b *testing.B) {
 }
 
 // BenchmarkTx measures a fenced transaction whose fn does one INSERT:
-// BEGIN, the fence's upsert, fn's statement, COMMIT.
+// BEGIN, the fence's upsert (in MySQL and a locking read), fn's statement,
+// COMMIT.
 func BenchmarkTx(b *testing.B) {
 	eachDialectB(b, func(b *testing.B, be *backend) {
 		s := be.newStore(b)
@@ -53,8 +56,10 @@ func BenchmarkTx(b *testing.B) {
 	})
 }
 
-// eachDialectB runs fn as the sub-benchmarks "sqlite" and "postgres".
+// eachDialectB runs fn as the sub-benchmarks "sqlite", "postgres" and
+// "mysql".
 func eachDialectB(b *testing.B, fn func(b *testing.B, be *backend)) {
 	b.Run("sqlite", func(b *testing.B) { fn(b, sqliteBackend(b)) })
 	b.Run("postgres", func(b *testing.B) { fn(b, postgresBackend(b)) })
+	b.Run("mysql", func(b *testing.B) { fn(b, mysqlBackend(b)) })
 }

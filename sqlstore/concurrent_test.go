@@ -75,11 +75,11 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 	ctx := testCtx(t)
 	s := b.newStore(t)
 	ledger := b.name(t, "ledger")
-	b.exec(t, `CREATE TABLE `+ledger+` (resource TEXT NOT NULL, seq BIGINT NOT NULL, token BIGINT NOT NULL, call BIGINT NOT NULL, seen BIGINT NOT NULL, PRIMARY KEY (resource, seq))`)
+	b.exec(t, `CREATE TABLE `+ledger+` (resource VARCHAR(64) NOT NULL, seq BIGINT NOT NULL, token BIGINT NOT NULL, call_id BIGINT NOT NULL, seen BIGINT NOT NULL, PRIMARY KEY (resource, seq))`)
 	const r = "concurrent"
 	nextSeq := b.sql(`SELECT COALESCE(MAX(seq), 0) + 1 FROM ` + ledger + ` WHERE resource = $1`)
 	valueToken := b.sql(`SELECT COALESCE(value_token, 0) FROM ` + s.Table() + ` WHERE resource = $1`)
-	insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call, seen) VALUES ($1, $2, $3, $4, $5)`)
+	insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call_id, seen) VALUES ($1, $2, $3, $4, $5)`)
 
 	seed := time.Now().UnixNano()
 	puts := "no Put"
@@ -267,7 +267,7 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 	}
 
 	// The ledger in commit order.
-	rows, err := b.db.Query(b.sql(`SELECT seq, token, call, seen FROM `+ledger+` WHERE resource = $1 ORDER BY seq`), r)
+	rows, err := b.db.Query(b.sql(`SELECT seq, token, call_id, seen FROM `+ledger+` WHERE resource = $1 ORDER BY seq`), r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Dialect is the SQL dialect of a Store's database: SQLite or Postgres.
-// The zero Dialect is none of them, and New refuses it.
+// Dialect is the SQL dialect of a Store's database: SQLite, Postgres or
+// MySQL. The zero Dialect is none of them, and New refuses it.
 type Dialect int
 
 const (
@@ -20,36 +20,58 @@ const (
 	// through any database/sql driver, e.g. github.com/lib/pq or pgx's
 	// stdlib package. Tx relies on the lock of the resource's row.
 	Postgres
+
+	// MySQL is MySQL 8.0 or later (8.0.16 or later enforces the table's
+	// CHECK constraints) or MariaDB 10.6 or later, with the table in
+	// InnoDB, through any database/sql driver, e.g.
+	// github.com/go-sql-driver/mysql. Tx relies on InnoDB's lock of the
+	// resource's row, which INSERT ... ON DUPLICATE KEY UPDATE takes; as
+	// MySQL has no RETURNING, Put is a transaction of that upsert and a
+	// locking read of the fence, and a Put or the start of a Tx that
+	// InnoDB ends as a deadlock victim is tried again. See the package
+	// documentation.
+	MySQL
 )
 
-// String returns "sqlite", "postgres", or "Dialect(N)" for a value that
-// is neither.
+// String returns "sqlite", "postgres", "mysql", or "Dialect(N)" for a
+// value that is none of them.
 func (d Dialect) String() string {
 	switch d {
 	case SQLite:
 		return "sqlite"
 	case Postgres:
 		return "postgres"
+	case MySQL:
+		return "mysql"
 	}
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
-func (d Dialect) valid() bool { return d == SQLite || d == Postgres }
+func (d Dialect) valid() bool { return d == SQLite || d == Postgres || d == MySQL }
 
 // queries is the SQL of one Store: its dialect's statements on its table.
 type queries struct {
 	create string // creates the table if missing
 	probe  string // selects every column, no row: fails if the table does not fit
-	put    string // upsert of (resource, token, value), returning the fence it leaves
-	raise  string // upsert of (resource, token) raising the fence, returning it
+	put    string // upsert of (resource, token, value), returning the fence it leaves (MySQL: returning nothing)
+	raise  string // upsert of (resource, token) raising the fence, returning it (MySQL: returning nothing)
+	lock   string // MySQL: the fence of a resource, read with the lock the upsert took (SELECT ... FOR UPDATE)
 	get    string // (value, value_token) of a resource
 	fence  string // fence of a resource
+
+	// The arguments of put and raise, in the order of their
+	// placeholders.
+	putArgs   func(resource string, token int64, value []byte) []any
+	raiseArgs func(resource string, token int64) []any
 }
 
 // newQueries returns the statements of dialect d on table, an identifier
 // that validTable accepted.
 func newQueries(d Dialect, table string) queries {
-	t := quoteTable(table)
+	if d == MySQL {
+		return newMySQLQueries(table)
+	}
+	t := quoteTable(d, table)
 	// Placeholders: SQLite's ?NNN and Postgres' $N both name the Nth
 	// argument, so one statement can use an argument twice.
 	p := func(n int) string {
@@ -92,6 +114,12 @@ ON CONFLICT (resource) DO UPDATE SET fence = ` + greatest + `(f.fence, excluded.
 RETURNING fence`,
 		get:   `SELECT value, value_token FROM ` + t + ` WHERE resource = ` + p(1),
 		fence: `SELECT fence FROM ` + t + ` WHERE resource = ` + p(1),
+		putArgs: func(resource string, token int64, value []byte) []any {
+			return []any{resource, token, value}
+		},
+		raiseArgs: func(resource string, token int64) []any {
+			return []any{resource, token}
+		},
 	}
 }
 
@@ -136,7 +164,8 @@ func validTable(name string) string {
 // the connections of a pool would not share the fences. It compares
 // without regard to case, as SQLite does. (validTable accepts lower case
 // only, so in PostgreSQL, which compares quoted names exactly, that
-// refuses nothing more.)
+// refuses nothing more.) MySQL has no such schema: its schemas are
+// databases.
 func tempSchema(d Dialect, table string) string {
 	schema, _, ok := strings.Cut(table, ".")
 	if !ok {
@@ -152,13 +181,18 @@ func tempSchema(d Dialect, table string) string {
 	return ""
 }
 
-// quoteTable quotes each part of a name validTable accepted, so that SQL
-// keywords ("order", "user") work as names too. The name is lower case,
-// so the quoted name is the one an unquoted name means in PostgreSQL.
-func quoteTable(name string) string {
+// quoteTable quotes each part of a name validTable accepted, in double
+// quotes, or in backquotes in MySQL, so that SQL keywords ("order",
+// "user") work as names too. The name is lower case, so the quoted name is
+// the one an unquoted name means in PostgreSQL.
+func quoteTable(d Dialect, name string) string {
+	q := `"`
+	if d == MySQL {
+		q = "`"
+	}
 	parts := strings.Split(name, ".")
 	for i, p := range parts {
-		parts[i] = `"` + p + `"`
+		parts[i] = q + p + q
 	}
 	return strings.Join(parts, ".")
 }

@@ -19,3 +19,9 @@ func FuzzStoreSQLite(f *testing.F) {
 func FuzzStorePostgres(f *testing.F) {
 	fencetest.FuzzStore(f, postgresBackend(f).newStore(f))
 }
+
+// FuzzStoreMySQL needs MariaDB's mariadbd and mariadb-install-db;
+// without them, it skips (fails with CI=true).
+func FuzzStoreMySQL(f *testing.F) {
+	fencetest.FuzzStore(f, mysqlBackend(f).newStore(f))
+}

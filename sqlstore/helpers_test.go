@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	_ "github.com/lib/pq"  // driver "postgres"
 	_ "modernc.org/sqlite" // driver "sqlite"
 
+	"github.com/fencedlock/fencedlock/internal/mysqltest"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/fencedlock/fencedlock/sqlstore"
@@ -28,11 +31,32 @@ type backend struct {
 }
 
 // eachDialect runs fn as the subtests "sqlite", on a fresh SQLite file,
-// and "postgres", on the test binary's shared PostgreSQL server.
+// "postgres", on the test binary's shared PostgreSQL server, and "mysql",
+// on its shared MariaDB server.
 func eachDialect(t *testing.T, fn func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("sqlite", func(t *testing.T) { fn(t, sqliteBackend(t)) })
 	t.Run("postgres", func(t *testing.T) { fn(t, postgresBackend(t)) })
+	t.Run("mysql", func(t *testing.T) { fn(t, mysqlBackend(t)) })
+}
+
+// eachServer runs fn as the subtests "postgres" and "mysql", the
+// dialects of database servers; fn makes the backends it needs, e.g.
+// with serverBackend or proxied.
+func eachServer(t *testing.T, fn func(t *testing.T, d sqlstore.Dialect)) {
+	t.Helper()
+	t.Run("postgres", func(t *testing.T) { fn(t, sqlstore.Postgres) })
+	t.Run("mysql", func(t *testing.T) { fn(t, sqlstore.MySQL) })
+}
+
+// serverBackend returns a backend of dialect d, Postgres or MySQL, on
+// its shared server.
+func serverBackend(t testing.TB, d sqlstore.Dialect) *backend {
+	t.Helper()
+	if d == sqlstore.MySQL {
+		return mysqlBackend(t)
+	}
+	return postgresBackend(t)
 }
 
 // sqliteDSN is the DSN of a SQLite file as the package documentation
@@ -61,6 +85,54 @@ func postgresBackend(t testing.TB) *backend {
 	}
 	t.Cleanup(func() { db.Close() })
 	return &backend{dialect: sqlstore.Postgres, db: db}
+}
+
+// mysqlBackend returns a backend on the database "test" of the shared
+// MariaDB server, at the server's default isolation level, REPEATABLE
+// READ.
+func mysqlBackend(t testing.TB) *backend {
+	t.Helper()
+	return &backend{dialect: sqlstore.MySQL, db: openMySQL(t, mysqltest.Shared(t).DSN(""))}
+}
+
+// openMySQL opens a database of go-sql-driver/mysql at dsn, whose logger
+// is silenced: it logs the broken connections that the tests make on
+// purpose, and returns their errors too.
+func openMySQL(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = &mysql.NopLogger{}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// proxied returns a backend of dialect d (Postgres or MySQL) on its
+// shared server, whose every connection goes through a fault proxy (the
+// TCP proxy of internal/redistest, which serves any server): Pause stalls
+// it, Resume delivers what it held, Close drops every connection and the
+// port.
+func proxied(t testing.TB, d sqlstore.Dialect) (*backend, *redistest.Proxy) {
+	t.Helper()
+	if d == sqlstore.Postgres {
+		return proxiedPostgres(t)
+	}
+	srv := mysqltest.Shared(t)
+	p := redistest.NewProxy(t, srv.Addr())
+	cfg, err := mysql.ParseDSN(srv.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = p.Addr()
+	cfg.Timeout = 10 * time.Second
+	return &backend{dialect: sqlstore.MySQL, db: openMySQL(t, cfg.FormatDSN())}, p
 }
 
 // proxiedPostgres returns a backend on the shared PostgreSQL server
@@ -102,11 +174,44 @@ func (b *backend) newStore(t testing.TB, opts ...sqlstore.Option) *sqlstore.Stor
 }
 
 // sql returns query, written with $N placeholders, in b's dialect.
+// MySQL's placeholders, "?", take the arguments in their order, so
+// there query must use $1, $2, ... each once and in that order.
 func (b *backend) sql(query string) string {
-	if b.dialect == sqlstore.SQLite {
+	switch b.dialect {
+	case sqlstore.SQLite:
 		return strings.ReplaceAll(query, "$", "?")
+	case sqlstore.MySQL:
+		n := 0
+		return placeholder.ReplaceAllStringFunc(query, func(p string) string {
+			if n++; p != "$"+strconv.Itoa(n) {
+				panic(fmt.Sprintf("query %q: placeholder %s where MySQL's order needs $%d", query, p, n))
+			}
+			return "?"
+		})
 	}
 	return query
+}
+
+var placeholder = regexp.MustCompile(`\$[0-9]+`)
+
+// quote quotes an identifier in b's dialect.
+func (b *backend) quote(name string) string {
+	if b.dialect == sqlstore.MySQL {
+		return "`" + name + "`"
+	}
+	return `"` + name + `"`
+}
+
+// types returns the types of the Store's resource and value columns in
+// b's dialect, as New creates them.
+func (b *backend) types() (resource, value string) {
+	switch b.dialect {
+	case sqlstore.SQLite:
+		return "TEXT", "BLOB"
+	case sqlstore.MySQL:
+		return "VARBINARY(1024)", "LONGBLOB"
+	}
+	return "TEXT", "BYTEA"
 }
 
 // exec runs a statement on b's database and fails t on error.

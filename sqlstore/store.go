@@ -27,7 +27,8 @@ const MaxToken fencedlock.Token = math.MaxInt64
 // MaxResourceLen is the longest resource name a Store accepts, in bytes:
 // fencedlock.MaxResourceLen, the limit of the whole library. (PostgreSQL
 // cannot index much longer keys: a B-tree entry holds at most about 2700
-// bytes.)
+// bytes; InnoDB's keys hold at most 3072 bytes, and the MySQL table's
+// resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
 // Store is a fencedlock.Store in a SQL database, whose Tx also fences the
@@ -74,7 +75,11 @@ type config struct {
 // "main" is an attached database, and ATTACH holds for one connection
 // only: attach it on every connection the pool opens (e.g. in the
 // driver's connection hook), or the connections without it fail with "no
-// such table".
+// such table". In MySQL the schema is a database ("app.fences"), and a
+// name without one is a table of the connection's current database (the
+// DSN's). MySQL has no schema of temporary tables, but a TEMPORARY table
+// hides a table of the same name from the connection that made it: make
+// none named as the Store's table.
 func WithTable(name string) Option {
 	return func(c *config) error {
 		if why := validTable(name); why != "" {
@@ -89,7 +94,8 @@ func WithTable(name string) Option {
 // The default is true. Pass false when the table is made by migrations
 // or the database user may not create tables; New then only checks that
 // the table exists with the columns the Store needs and a primary key or
-// unique constraint on resource alone.
+// unique constraint on resource alone (in MySQL, also its engine and its
+// column types: see the package documentation).
 func WithCreateTable(create bool) Option {
 	return func(c *config) error {
 		c.create = create
@@ -107,12 +113,14 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // WithCreateTable(false)) and checks that the table fits: that it has the
 // Store's columns, and a primary key or unique constraint on resource that
 // the Store's INSERT ... ON CONFLICT (resource) can use (New has the
-// database plan the Put statement, with EXPLAIN, which does not run it).
-// A table that existed before is checked the same way. ctx bounds that
-// work; the Store does not keep it.
+// database plan the Put statement, with EXPLAIN, which does not run it;
+// in MySQL, where that plan would not tell, New reads the table's engine,
+// column types and unique indexes in information_schema). A table that
+// existed before is checked the same way. ctx bounds that work; the Store
+// does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
-// other than SQLite and Postgres, or an invalid option (a table in a
+// other than SQLite, Postgres and MySQL, or an invalid option (a table in a
 // connection's temporary schema included: see WithTable) returns an error
 // wrapping fencedlock.ErrInvalidArgument, before the database is used. A
 // failure to create or check the table returns the database's error,
@@ -127,7 +135,7 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
 	}
 	if !d.valid() {
-		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v: use sqlstore.SQLite or sqlstore.Postgres", fencedlock.ErrInvalidArgument, d)
+		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v: use sqlstore.SQLite, sqlstore.Postgres or sqlstore.MySQL", fencedlock.ErrInvalidArgument, d)
 	}
 	c := config{table: DefaultTable, create: true}
 	for _, opt := range opts {
@@ -170,7 +178,8 @@ func (s *Store) prepare(ctx context.Context, create bool) error {
 // EXPLAIN, which fails when no unique index matches (SQLite: "ON CONFLICT
 // clause does not match any PRIMARY KEY or UNIQUE constraint"; PostgreSQL:
 // "there is no unique or exclusion constraint matching the ON CONFLICT
-// specification") and writes nothing.
+// specification") and writes nothing. In MySQL, fitsMySQL checks what
+// EXPLAIN would not.
 func (s *Store) fits(ctx context.Context) error {
 	rows, err := s.db.QueryContext(ctx, s.q.probe)
 	if err == nil {
@@ -182,7 +191,10 @@ func (s *Store) fits(ctx context.Context) error {
 		}
 		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
 	}
-	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, "", int64(1), []byte{})
+	if s.dialect == MySQL {
+		return s.fitsMySQL(ctx)
+	}
+	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, s.q.putArgs("", 1, []byte{})...)
 	if err == nil {
 		err = rows.Close()
 	}
@@ -264,19 +276,23 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 // fencedlock.CheckToken, whose Current is the fence, and changes nothing.
 //
 // Put is one statement: an upsert, atomic under the lock it takes on the
-// row (PostgreSQL) or the database (SQLite). A zero token or one above
-// MaxToken returns an error wrapping fencedlock.ErrInvalidToken; an empty
-// resource, one longer than MaxResourceLen bytes, not valid UTF-8 or
-// holding a NUL byte, an error wrapping fencedlock.ErrInvalidArgument.
-// A nil value is stored as an empty one.
+// row (PostgreSQL) or the database (SQLite). In MySQL it is a transaction
+// of the upsert and a read of the fence it left, under the row's lock,
+// made again when InnoDB ends it as a deadlock victim (see the package
+// documentation). A zero token or one above MaxToken returns an error
+// wrapping fencedlock.ErrInvalidToken; an empty resource, one longer than
+// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
+// wrapping fencedlock.ErrInvalidArgument. A nil value is stored as an
+// empty one.
 //
 // A ctx that has ended before the call returns ctx.Err() as it is, and
 // nothing is sent. A database that cannot be reached or whose connection
 // breaks, a driver error whose SQLSTATE says so (class 08, 57P01-57P03,
-// 53300), and a ctx that ends while the database works, give an error
-// wrapping fencedlock.ErrUnavailable together with the cause (the net
-// error, the driver's error, ctx.Err()). Other database errors are
-// wrapped as they are.
+// 53300), a MySQL error that says so (e.g. 1040 too many connections;
+// the package documentation lists them), and a ctx that ends while the
+// database works, give an error wrapping fencedlock.ErrUnavailable
+// together with the cause (the net error, the driver's error, ctx.Err()).
+// Other database errors are wrapped as they are.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
 // first, it returns at once and leaves the statement to the driver,
@@ -300,13 +316,12 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	value = append([]byte{}, value...)
 	var fence int64
 	err := bounded(ctx, "put", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.put, resource, int64(token), value).Scan(&fence)
+		var err error
+		fence, err = s.put(ctx, resource, int64(token), value)
+		return err
 	})
 	if err != nil {
-		if errors.Is(err, fencedlock.ErrUnavailable) {
-			return err
-		}
-		return dbErr(ctx, "put", resource, "", err)
+		return err
 	}
 	current, err := fenceToken(fence, "fence", resource)
 	if err != nil {
@@ -315,6 +330,19 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	// The statement applied the rule (a returned fence above token means
 	// it refused); CheckToken builds the error of a refusal.
 	return fencedlock.CheckToken(resource, token, current)
+}
+
+// put is Put's database work: it returns the fence the upsert left, or
+// an error of dbErr.
+func (s *Store) put(ctx context.Context, resource string, token int64, value []byte) (int64, error) {
+	if s.dialect == MySQL {
+		return s.putMySQL(ctx, resource, token, value)
+	}
+	var fence int64
+	if err := s.db.QueryRowContext(ctx, s.q.put, s.q.putArgs(resource, token, value)...).Scan(&fence); err != nil {
+		return 0, dbErr(ctx, "put", resource, "", err)
+	}
+	return fence, nil
 }
 
 // Get implements fencedlock.Store. It returns the value of resource's
@@ -393,13 +421,15 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 //
 // The fence is raised by the transaction's first statement, which takes
 // the lock that serializes Tx and Put calls on the resource until the
-// transaction ends: the row lock in PostgreSQL, the database write lock in
-// SQLite (see the package documentation). fn must do its work through tx,
-// with ctx, and must not commit or roll back tx. It must not call Put or
-// Tx, nor write through the *sql.DB: in SQLite every write waits for the
-// write lock its own transaction holds (until the busy timeout), and in
-// PostgreSQL a Put or Tx on its resource waits for its row lock (until ctx
-// ends).
+// transaction ends: the row lock in PostgreSQL and MySQL (where a locking
+// read of the fence follows it), the database write lock in SQLite (see
+// the package documentation). In MySQL, a transaction that InnoDB ends as
+// a deadlock victim at that first statement is made again, before fn is
+// called. fn must do its work through tx, with ctx, and must not commit
+// or roll back tx. It must not call Put or Tx, nor write through the
+// *sql.DB: in SQLite every write waits for the write lock its own
+// transaction holds (until the busy timeout), and in PostgreSQL and MySQL
+// a Put or Tx on its resource waits for its row lock (until ctx ends).
 //
 // A token below the fence returns the *fencedlock.StaleTokenError of
 // fencedlock.CheckToken, whose Current is the fence, without calling fn.
@@ -474,9 +504,25 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		}
 		conn.Close()
 	}()
+	for attempt := 1; ; attempt++ {
+		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn)
+		switch {
+		case !raiseFailed:
+			return err // fn's error among others, as it is
+		case discard || !s.again(ctx, err, attempt):
+			return victimErr(err, attempt)
+		}
+	}
+}
+
+// txOn makes one attempt at Tx's transaction on conn, and sets *discard
+// when conn is to be closed instead of going back to the pool.
+// raiseFailed reports that the statements raising the fence failed, so
+// that fn has not run, and err is their error, wrapped.
+func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) (raiseFailed bool, err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return dbErr(ctx, "tx", resource, "begin: ", err)
+		return false, dbErr(ctx, "tx", resource, "begin: ", err)
 	}
 	done := false
 	defer func() {
@@ -484,32 +530,49 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		// of fn unwinds the stack (or fn calls runtime.Goexit).
 		if !done {
 			if err := tx.Rollback(); err != nil && !rolledBack(ctx, err) {
-				discard = !s.rollback(conn)
+				*discard = !s.rollback(conn)
 			}
 		}
 	}()
-	var fence int64
-	if err := tx.QueryRowContext(ctx, s.q.raise, resource, int64(token)).Scan(&fence); err != nil {
-		return dbErr(ctx, "tx", resource, "raising the fence: ", err)
+	fence, err := s.raise(ctx, tx, resource, int64(token))
+	if err != nil {
+		return true, dbErr(ctx, "tx", resource, "raising the fence: ", err)
 	}
 	current, err := fenceToken(fence, "fence", resource)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := fencedlock.CheckToken(resource, token, current); err != nil {
-		return err
+		return false, err
 	}
 	if err := fn(tx); err != nil {
-		return err
+		return false, err
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
 		if !rolledBack(ctx, err) {
-			discard = !s.rollback(conn)
+			*discard = !s.rollback(conn)
 		}
-		return dbErr(ctx, "tx", resource, "commit: ", err)
+		return false, dbErr(ctx, "tx", resource, "commit: ", err)
 	}
-	return nil
+	return false, nil
+}
+
+// raise runs the statements of Tx that raise resource's fence to token
+// in tx, taking the lock that the transaction then holds to its end, and
+// returns the fence they leave: one upsert returning it, or in MySQL the
+// upsert and a locking read (see newMySQLQueries).
+func (s *Store) raise(ctx context.Context, tx *sql.Tx, resource string, token int64) (int64, error) {
+	var fence int64
+	if s.dialect != MySQL {
+		err := tx.QueryRowContext(ctx, s.q.raise, s.q.raiseArgs(resource, token)...).Scan(&fence)
+		return fence, err
+	}
+	if _, err := tx.ExecContext(ctx, s.q.raise, s.q.raiseArgs(resource, token)...); err != nil {
+		return 0, err
+	}
+	err := tx.QueryRowContext(ctx, s.q.lock, resource).Scan(&fence)
+	return fence, err
 }
 
 // rolledBack reports whether err, the error of tx.Commit or tx.Rollback

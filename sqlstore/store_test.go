@@ -12,7 +12,8 @@ import (
 	"github.com/fencedlock/fencedlock/sqlstore"
 )
 
-// Both dialects pass the conformance suite, each subtest on a fresh table.
+// Every dialect passes the conformance suite, each subtest on a fresh
+// table.
 func TestStore(t *testing.T) {
 	eachDialect(t, func(t *testing.T, b *backend) {
 		fencetest.Store(t, func(t *testing.T) fencedlock.Store { return b.newStore(t) })
@@ -52,6 +53,7 @@ func TestNewRefusesBadArguments(t *testing.T) {
 		{"postgres pg_temp", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_temp.fences")}, `"pg_temp" is the schema of a connection's own temporary tables`},
 		{"postgres pg_temp_3", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_temp_3.fences")}, `"pg_temp_3" is the schema`},
 		{"postgres pg_tempx", db, sqlstore.Postgres, []sqlstore.Option{sqlstore.WithTable("pg_tempx.fences")}, `"pg_tempx" is the schema`},
+		{"mysql backquote", db, sqlstore.MySQL, []sqlstore.Option{sqlstore.WithTable("t`; DROP TABLE x")}, "character '`'"},
 	} {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
@@ -103,14 +105,18 @@ func TestNewOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			put(s)
-			b.exec(t, `DROP TABLE "order"`)
+			b.exec(t, `DROP TABLE `+b.quote("order"))
 		})
 
 		t.Run("schema", func(t *testing.T) {
 			schema := "main"
-			if b.dialect == sqlstore.Postgres {
+			switch b.dialect {
+			case sqlstore.Postgres:
 				schema = b.name(t, "schema")
 				b.exec(t, `CREATE SCHEMA `+schema)
+			case sqlstore.MySQL: // a schema is a database
+				schema = b.name(t, "schema")
+				b.exec(t, `CREATE DATABASE `+schema)
 			}
 			table := schema + "." + b.name(t, "fences")
 			s, err := sqlstore.NewContext(ctx, b.db, b.dialect, sqlstore.WithTable(table))
@@ -159,10 +165,13 @@ func TestNewOptions(t *testing.T) {
 		t.Run("temporary names", func(t *testing.T) {
 			// Names that are only temporary schemas' in the other
 			// dialect, or as a table's name, are tables like any other.
+			// (MySQL has no schema of temporary tables: its
+			// databases named so are databases like any other.)
+			schema := map[sqlstore.Dialect]string{sqlstore.Postgres: "SCHEMA", sqlstore.MySQL: "DATABASE"}[b.dialect]
 			for _, name := range []string{"temp", "pg_temp", "pg_temp_1"} {
-				if b.dialect == sqlstore.Postgres {
+				if schema != "" {
 					name = "temp." + name
-					b.exec(t, `CREATE SCHEMA IF NOT EXISTS temp`)
+					b.exec(t, `CREATE `+schema+` IF NOT EXISTS temp`)
 				}
 				s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(name))
 				if err != nil {
@@ -171,19 +180,26 @@ func TestNewOptions(t *testing.T) {
 				put(s)
 				b.exec(t, `DROP TABLE `+name)
 			}
-			if b.dialect == sqlstore.Postgres {
-				b.exec(t, `DROP SCHEMA temp`)
+			if b.dialect == sqlstore.MySQL {
+				b.exec(t, `CREATE DATABASE IF NOT EXISTS pg_temp`)
+				s, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable("pg_temp.fences"))
+				if err != nil {
+					t.Fatalf("New(WithTable(%q)): %v", "pg_temp.fences", err)
+				}
+				put(s)
+				b.exec(t, `DROP DATABASE pg_temp`)
+			}
+			if schema != "" {
+				b.exec(t, `DROP `+schema+` temp`)
 			}
 		})
 
 		t.Run("no unique key", func(t *testing.T) {
 			// The columns, and no unique index on resource: Put's ON
-			// CONFLICT (resource) has no constraint to use.
-			blob := "BYTEA"
-			if b.dialect == sqlstore.SQLite {
-				blob = "BLOB"
-			}
-			columns := `(resource TEXT NOT NULL, fence BIGINT NOT NULL, value ` + blob + `, value_token BIGINT)`
+			// CONFLICT (resource), or ON DUPLICATE KEY, has no
+			// constraint to use.
+			resource, value := b.types()
+			columns := `(resource ` + resource + ` NOT NULL, fence BIGINT NOT NULL, value ` + value + `, value_token BIGINT)`
 			table := b.name(t, "nokey")
 			b.exec(t, `CREATE TABLE `+table+` `+columns)
 			for _, create := range []bool{false, true} {
@@ -215,7 +231,8 @@ func TestNewOptions(t *testing.T) {
 
 		t.Run("wrong table", func(t *testing.T) {
 			table := b.name(t, "other")
-			b.exec(t, `CREATE TABLE `+table+` (resource TEXT PRIMARY KEY, token BIGINT)`)
+			resource, _ := b.types()
+			b.exec(t, `CREATE TABLE `+table+` (resource `+resource+` PRIMARY KEY, token BIGINT)`)
 			_, err := sqlstore.New(b.db, b.dialect, sqlstore.WithTable(table))
 			if err == nil || !strings.Contains(err.Error(), "does not have the columns") {
 				t.Fatalf("New on a table of other columns = %v; want an error saying so", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -25,9 +26,10 @@ type sqlStater interface{ SQLState() string }
 // a network error, a connection database/sql or the driver gave up on, a
 // connection closed mid-answer, or a SQLSTATE of connection trouble
 // (class 08 connection exception, 57P01-57P03 the server shutting down
-// or not accepting connections yet, 53300 too many connections). Errors
-// about the data (a constraint, a syntax error, a serialization failure)
-// are not connection trouble.
+// or not accepting connections yet, 53300 too many connections), or a
+// MySQL error of the kind (see mysqlConnectionErrors). Errors about the
+// data (a constraint, a syntax error, a serialization failure, a
+// deadlock, a lock wait timeout) are not connection trouble.
 func connectionTrouble(err error) bool {
 	var netErr net.Error
 	var state sqlStater
@@ -43,6 +45,109 @@ func connectionTrouble(err error) bool {
 		return strings.HasPrefix(code, "08") ||
 			code == "57P01" || code == "57P02" || code == "57P03" ||
 			code == "53300"
+	}
+	if n := mysqlErrorNumber(err); n != 0 {
+		return mysqlConnectionErrors[n]
+	}
+	return hasMessage(err, mysqlInvalidConn)
+}
+
+// mysqlConnectionErrors are the MySQL and MariaDB error numbers that say
+// the server is going away, or does not take the connection, or that the
+// connection broke: ErrUnavailable. The rest, among them 1205 (a lock
+// wait timeout: the row is held by a long transaction, the database
+// answers) and 1213 (a deadlock, which Put and Tx try again where they
+// can), are errors about the work, as those of the other dialects that
+// are not connection trouble.
+var mysqlConnectionErrors = map[uint16]bool{
+	1040: true, // ER_CON_COUNT_ERROR: too many connections
+	1053: true, // ER_SERVER_SHUTDOWN: shutting down; MySQL sends it too to a statement whose connection KILL ended
+	1152: true, // ER_ABORTING_CONNECTION
+	1158: true, // ER_NET_READ_ERROR
+	1159: true, // ER_NET_READ_INTERRUPTED
+	1160: true, // ER_NET_ERROR_ON_WRITE
+	1161: true, // ER_NET_WRITE_INTERRUPTED
+	1203: true, // ER_TOO_MANY_USER_CONNECTIONS: max_user_connections
+	1226: true, // ER_USER_LIMIT_REACHED: an account's connection or query quota
+	1927: true, // ER_CONNECTION_KILLED (MariaDB): KILL ended the connection
+	3032: true, // ER_SERVER_OFFLINE_MODE
+	3169: true, // ER_SESSION_WAS_KILLED (MySQL)
+	4031: true, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the server closed an idle connection. (MariaDB's 4031 is about triggers, which no statement of the Store touches.)
+	// The numbers of the C client library, for drivers built on it.
+	2002: true, // CR_CONNECTION_ERROR
+	2003: true, // CR_CONN_HOST_ERROR
+	2006: true, // CR_SERVER_GONE_ERROR
+	2013: true, // CR_SERVER_LOST
+	2055: true, // CR_SERVER_LOST_EXTENDED
+}
+
+// mysqlInvalidConn is the message of github.com/go-sql-driver/mysql's
+// ErrInvalidConn, which it returns, as it is, when the connection breaks
+// while it reads an answer or ends a transaction.
+const mysqlInvalidConn = "invalid connection"
+
+// mysqlErrorNumber returns the MySQL error number that err, or an error
+// it wraps, carries as github.com/go-sql-driver/mysql's *MySQLError does:
+// a struct named MySQLError, of a package whose path ends in "mysql",
+// with a uint16 field Number. It returns 0 when there is none. The
+// package reads the field by reflection, so as not to depend on the
+// driver.
+func mysqlErrorNumber(err error) uint16 {
+	var n uint16
+	walk(err, func(e error) bool {
+		v := reflect.ValueOf(e)
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return false
+			}
+			v = v.Elem()
+		}
+		t := v.Type()
+		if v.Kind() != reflect.Struct || t.Name() != "MySQLError" || !strings.HasSuffix(t.PkgPath(), "mysql") {
+			return false
+		}
+		f := v.FieldByName("Number")
+		if !f.IsValid() || f.Kind() != reflect.Uint16 {
+			return false
+		}
+		n = uint16(f.Uint())
+		return true
+	})
+	return n
+}
+
+// hasMessage reports whether err, or an error it wraps, has the message
+// msg.
+func hasMessage(err error, msg string) bool {
+	return walk(err, func(e error) bool {
+		// A nil pointer's Error method may dereference it.
+		if v := reflect.ValueOf(e); v.Kind() == reflect.Pointer && v.IsNil() {
+			return false
+		}
+		return e.Error() == msg
+	})
+}
+
+// walk calls f on err and on every error it wraps, depth first, as
+// errors.Is does, until f returns true; it reports whether f did.
+func walk(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walk(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
 	}
 	return false
 }

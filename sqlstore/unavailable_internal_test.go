@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/lib/pq"
 
 	"github.com/fencedlock/fencedlock"
@@ -49,6 +50,24 @@ func TestConnectionTrouble(t *testing.T) {
 		{sql.ErrNoRows, false},
 		{sql.ErrTxDone, false},
 		{errors.New("SQL logic error: no such table"), false},
+		// MySQL and MariaDB, through go-sql-driver/mysql.
+		{mysql.ErrInvalidConn, true},
+		{fmt.Errorf("commit: %w", mysql.ErrInvalidConn), true},
+		{&mysql.MySQLError{Number: 1040}, true},                        // too many connections
+		{&mysql.MySQLError{Number: 1053}, true},                        // server shutdown; KILL in MySQL
+		{&mysql.MySQLError{Number: 1927}, true},                        // connection killed (MariaDB)
+		{&mysql.MySQLError{Number: 3169}, true},                        // session killed (MySQL)
+		{&mysql.MySQLError{Number: 4031}, true},                        // idle connection closed (MySQL)
+		{fmt.Errorf("put: %w", &mysql.MySQLError{Number: 1161}), true}, // net write interrupted
+		{errors.Join(errors.New("a"), &mysql.MySQLError{Number: 1203}), true},
+		{&mysql.MySQLError{Number: 1205}, false}, // lock wait timeout
+		{&mysql.MySQLError{Number: 1213}, false}, // deadlock
+		{&mysql.MySQLError{Number: 1062}, false}, // duplicate entry
+		{&mysql.MySQLError{Number: 1146}, false}, // no such table
+		{&mysql.MySQLError{Number: 1317}, false}, // query interrupted (KILL QUERY)
+		{&mysql.MySQLError{Number: 3819}, false}, // check constraint violated
+		{mysql.ErrPktSync, false},
+		{fmt.Errorf("invalid connection %w", errors.New("x")), false}, // the message, not the sentinel's
 	} {
 		if got := connectionTrouble(c.err); got != c.want {
 			t.Errorf("connectionTrouble(%T %v) = %v; want %v", c.err, c.err, got, c.want)
@@ -85,5 +104,62 @@ func TestDBErr(t *testing.T) {
 		if len(err.Error()) > 300 {
 			t.Errorf("%s: a %d-byte message quotes the whole name", c.name, len(err.Error()))
 		}
+	}
+}
+
+// mysqlNumbered is an error of another driver that carries a number
+// named as go-sql-driver/mysql's does, but is not its MySQLError.
+type mysqlNumbered struct{ Number uint16 }
+
+func (e *mysqlNumbered) Error() string { return fmt.Sprint("error ", e.Number) }
+
+// MySQLError is named as the driver's type, in a package whose path does
+// not end in "mysql".
+type MySQLError struct{ Number uint16 }
+
+func (e MySQLError) Error() string { return fmt.Sprint("error ", e.Number) }
+
+func TestMySQLErrorNumber(t *testing.T) {
+	var nilErr *mysql.MySQLError
+	for _, c := range []struct {
+		err  error
+		want uint16
+	}{
+		{&mysql.MySQLError{Number: 1213}, 1213},
+		{fmt.Errorf("tx: %w", &mysql.MySQLError{Number: 1205}), 1205},
+		{fmt.Errorf("a: %w, b: %w", io.EOF, &mysql.MySQLError{Number: 1040}), 1040},
+		{nilErr, 0},
+		{fmt.Errorf("wrapped nil: %w", nilErr), 0},
+		{&mysqlNumbered{1213}, 0},
+		{MySQLError{1213}, 0},
+		{&pq.Error{Code: "40001"}, 0},
+		{errors.New("Error 1213 (40001): Deadlock found"), 0},
+		{nil, 0},
+	} {
+		if got := mysqlErrorNumber(c.err); got != c.want {
+			t.Errorf("mysqlErrorNumber(%T %v) = %d; want %d", c.err, c.err, got, c.want)
+		}
+	}
+	// A nil pointer in the chain is passed over, not called.
+	if hasMessage(fmt.Errorf("x: %w", nilErr), mysqlInvalidConn) {
+		t.Error("hasMessage found the message in a nil error")
+	}
+}
+
+func TestVictimErr(t *testing.T) {
+	deadlock := fmt.Errorf("sqlstore: put: %w", &mysql.MySQLError{Number: 1213, Message: "Deadlock found"})
+	if err := victimErr(deadlock, 1); err != deadlock {
+		t.Errorf("victimErr after one attempt = %v; want the error as it is", err)
+	}
+	err := victimErr(deadlock, deadlockAttempts)
+	if !errors.Is(err, deadlock) || !strings.Contains(err.Error(), fmt.Sprintf("a deadlock victim %d times in a row", deadlockAttempts)) {
+		t.Errorf("victimErr after %d attempts = %v; want the error, saying how many times", deadlockAttempts, err)
+	}
+	other := errors.New("other")
+	if err := victimErr(other, 3); err != other {
+		t.Errorf("victimErr of another error = %v; want it as it is", err)
+	}
+	if err := victimErr(nil, 2); err != nil {
+		t.Errorf("victimErr(nil) = %v", err)
 	}
 }

@@ -54,13 +54,17 @@ func expectStalled(t *testing.T, what string, timeout, took time.Duration, err e
 	}
 }
 
-// Every call on a PostgreSQL server that accepts connections but never
-// answers returns by its deadline, with ErrUnavailable and the deadline's
-// error; the work left in the background ends once the connection is
-// closed, and returns its connections to the pool.
-func TestStalledPostgres(t *testing.T) {
+// Every call on a PostgreSQL or MySQL server that accepts connections but
+// never answers returns by its deadline, with ErrUnavailable and the
+// deadline's error; the work left in the background ends once the
+// connection is closed, and returns its connections to the pool.
+func TestStalledServer(t *testing.T) {
+	eachServer(t, testStalledServer)
+}
+
+func testStalledServer(t *testing.T, d sqlstore.Dialect) {
 	const timeout = 300 * time.Millisecond
-	b, p := proxiedPostgres(t)
+	b, p := proxied(t, d)
 	s := b.newStore(t) // through the proxy, while it forwards
 	ctx := testCtx(t)
 	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
@@ -107,10 +111,15 @@ func TestStalledPostgres(t *testing.T) {
 // A Tx whose database stalls while fn runs returns by its deadline, and
 // its transaction is doomed: once the database answers again, fn's
 // statements fail, nothing of it is committed, and the connection goes
-// back to the pool outside any transaction.
-func TestStalledPostgresInFn(t *testing.T) {
+// back to the pool outside any transaction (or, in MySQL, whose driver
+// closes a connection whose ctx ended, is closed).
+func TestStalledInFn(t *testing.T) {
+	eachServer(t, testStalledInFn)
+}
+
+func testStalledInFn(t *testing.T, d sqlstore.Dialect) {
 	const timeout = 300 * time.Millisecond
-	b, p := proxiedPostgres(t)
+	b, p := proxied(t, d)
 	e := newTxEnv(t, b)
 	e.mustTx("r", 5, "five")
 
@@ -200,8 +209,12 @@ func TestStalledSQLite(t *testing.T) {
 
 // A database that cannot be reached gives errors wrapping ErrUnavailable
 // with the cause, and none of the errors about the data.
-func TestUnreachablePostgres(t *testing.T) {
-	b, p := proxiedPostgres(t)
+func TestUnreachableServer(t *testing.T) {
+	eachServer(t, testUnreachableServer)
+}
+
+func testUnreachableServer(t *testing.T, d sqlstore.Dialect) {
+	b, p := proxied(t, d)
 	s := b.newStore(t)
 	ctx := testCtx(t)
 	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {

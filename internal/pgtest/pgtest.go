@@ -32,6 +32,7 @@ package pgtest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -420,15 +421,22 @@ func Shared(tb testing.TB) *Server {
 // directory.
 func StopShared() { shared.Stop() }
 
+// Report writes one line to w saying how many tests were skipped because
+// PostgreSQL is not installed, and how to run them; nothing when none
+// was.
+func Report(w io.Writer) { program.Report(w) }
+
 // Main runs m, stops the shared server and exits; call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
 // When tests were skipped because PostgreSQL is not installed, it says so,
-// and how to run them, in one line on stderr after the tests.
+// and how to run them, in one line on stderr after the tests. A test
+// binary that needs other servers too calls m.Run, each helper's
+// StopShared and Report, and os.Exit itself.
 func Main(m *testing.M) {
 	code := m.Run()
 	StopShared()
-	program.Report(os.Stderr)
+	Report(os.Stderr)
 	os.Exit(code)
 }

@@ -1,8 +1,8 @@
 // Package servertest holds what the test helpers that run server
-// processes (internal/redistest, internal/pgtest) share: skipping the
-// tests that need a program that is not installed, or failing them in CI;
-// one server shared by all the tests of a test binary; free loopback
-// ports; and waiting for a started server to answer.
+// processes (internal/redistest, internal/pgtest, internal/mysqltest)
+// share: skipping the tests that need a program that is not installed, or
+// failing them in CI; one server shared by all the tests of a test binary;
+// free loopback ports; and waiting for a started server to answer.
 package servertest
 
 import (

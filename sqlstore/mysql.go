@@ -1,0 +1,271 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// MySQL has no RETURNING. (MariaDB has INSERT ... RETURNING from 10.5 on,
+// but the dialect is one set of statements for both.) So the fence an
+// upsert leaves is read by a second statement of its transaction, under
+// the lock the upsert took. The package documentation sums up what this
+// relies on; the comments here say why each step is atomic.
+
+// maxResourceBytes is the length of the resource column that New
+// creates in MySQL, VARBINARY(1024): MaxResourceLen bytes, compared byte
+// for byte. A character column would compare names by its collation,
+// which in MySQL and MariaDB ignores case, or accents, or trailing
+// spaces, so that distinct resources would share a row; and 1024
+// characters of utf8mb4 are more than InnoDB indexes (3072 bytes).
+const maxResourceBytes = MaxResourceLen
+
+// newMySQLQueries returns the statements of the MySQL dialect on table,
+// an identifier that validTable accepted. Placeholders are "?", one per
+// argument: the argument functions repeat what a statement uses twice.
+func newMySQLQueries(table string) queries {
+	t := quoteTable(MySQL, table)
+	return queries{
+		// CHECK constraints that name two columns must be the table's
+		// own in MySQL. ENGINE: the transactions and row locks are
+		// InnoDB's, whatever the server's default engine.
+		create: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	resource    VARBINARY(` + fmt.Sprint(maxResourceBytes) + `) NOT NULL PRIMARY KEY,
+	fence       BIGINT NOT NULL CHECK (fence > 0),
+	value       LONGBLOB,
+	value_token BIGINT,
+	CHECK (value_token > 0 AND value_token <= fence)
+) ENGINE = InnoDB`,
+		probe: `SELECT resource, fence, value, value_token FROM ` + t + ` WHERE 1 = 0`,
+		// The first statement of Put's transaction. On a new resource
+		// it inserts the row, and holds the lock on the new index
+		// record; a concurrent upsert of the same resource finds the
+		// record and waits for that lock. On an existing row it takes
+		// an exclusive lock on the row's record (for ON DUPLICATE KEY
+		// UPDATE InnoDB takes an exclusive lock on the duplicate, not
+		// the shared one a plain INSERT takes, and on the primary key
+		// a record lock, not a gap lock), waiting for a Tx or Put that
+		// holds it to end, and then updates the row as last committed.
+		// Either way the transaction keeps the lock to its end.
+		//
+		// MySQL runs the assignments of an UPDATE from left to right,
+		// and each sees the columns assigned before it, unlike the
+		// other dialects, where all see the row as it was: the fence is
+		// assigned last, so that value and value_token are compared
+		// with the fence as it was. The value and its token are written
+		// when the token is not below the fence, and the fence becomes
+		// the higher of the two.
+		put: `INSERT INTO ` + t + ` (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE
+	value = IF(fence <= ?, ?, value),
+	value_token = IF(fence <= ?, ?, value_token),
+	fence = GREATEST(fence, ?)`,
+		// Tx's first statement: it takes the row's lock as put does,
+		// which the transaction then holds to its end, and raises the
+		// fence to the token unless the fence is higher.
+		raise: `INSERT INTO ` + t + ` (resource, fence) VALUES (?, ?)
+ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
+		// Run after put or raise in the same transaction: a locking
+		// read, which reads the row as last committed together with
+		// the transaction's own changes (not the snapshot of
+		// REPEATABLE READ), and does not wait, the transaction holding
+		// the row's lock already. So it reads the fence the upsert
+		// left, and no other transaction can have changed it since.
+		lock:  `SELECT fence FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		get:   `SELECT value, value_token FROM ` + t + ` WHERE resource = ?`,
+		fence: `SELECT fence FROM ` + t + ` WHERE resource = ?`,
+		putArgs: func(resource string, token int64, value []byte) []any {
+			return []any{resource, token, value, token, token, value, token, token, token}
+		},
+		raiseArgs: func(resource string, token int64) []any {
+			return []any{resource, token, token}
+		},
+	}
+}
+
+// Why the upsert comes first: a transaction that read the row with
+// SELECT ... FOR UPDATE first, and inserted it when it was missing,
+// would take a gap lock on the missing row under REPEATABLE READ. Gap
+// locks do not exclude each other, but they block inserts: two such
+// transactions that both read a new resource before either inserted it
+// would each wait for the other's gap lock to insert, a deadlock.
+//
+// A deadlock remains possible on a new resource: when the transaction
+// that inserted its row rolls back while two or more others wait for
+// that row's lock, each waiter is left with a gap lock where the row
+// was (REPEATABLE READ), and their inserts wait for each other's. InnoDB
+// ends it by rolling back one of them, whole, with error 1213. Its
+// upsert being the first statement, that transaction had done nothing
+// else, and Put and Tx begin it again (fn has not run), up to
+// deadlockAttempts times.
+
+// deadlockAttempts bounds how many times Put, and Tx before it calls fn,
+// make their transaction in MySQL when InnoDB ends it as a deadlock
+// victim (error 1213).
+const deadlockAttempts = 10
+
+// erDeadlock is the error number of a transaction that InnoDB rolled
+// back to end a deadlock (ER_LOCK_DEADLOCK, SQLSTATE 40001).
+const erDeadlock = 1213
+
+// again reports whether a MySQL transaction of Put, or of Tx before fn,
+// that failed with err after attempt attempts, is to be made again: err
+// says InnoDB rolled it back to end a deadlock, and attempts and ctx are
+// left.
+func (s *Store) again(ctx context.Context, err error, attempt int) bool {
+	return s.dialect == MySQL && attempt < deadlockAttempts && ctx.Err() == nil && mysqlErrorNumber(err) == erDeadlock
+}
+
+// victimErr is err, the error of the last of attempts transactions that
+// InnoDB rolled back to end a deadlock, saying so.
+func victimErr(err error, attempts int) error {
+	if attempts < 2 || mysqlErrorNumber(err) != erDeadlock {
+		return err
+	}
+	return fmt.Errorf("%w (a deadlock victim %d times in a row)", err, attempts)
+}
+
+// putMySQL is Put's database work in MySQL: the upsert and the locking
+// read of the fence it left, in a transaction, made again when InnoDB
+// ends it as a deadlock victim. It returns the fence, or an error of
+// dbErr.
+func (s *Store) putMySQL(ctx context.Context, resource string, token int64, value []byte) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		fence, err := s.putMySQLOnce(ctx, resource, token, value)
+		if err == nil || !s.again(ctx, err, attempt) {
+			return fence, victimErr(err, attempt)
+		}
+	}
+}
+
+func (s *Store) putMySQLOnce(ctx context.Context, resource string, token int64, value []byte) (fence int64, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, dbErr(ctx, "put", resource, "begin: ", err)
+	}
+	done := false // Commit was called, which ends tx whatever it returns
+	defer func() {
+		if !done {
+			// After a failed statement, or a deadlock that ended
+			// the transaction already: database/sql discards a
+			// connection whose ROLLBACK fails.
+			tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, s.q.put, s.q.putArgs(resource, token, value)...); err != nil {
+		return 0, dbErr(ctx, "put", resource, "", err)
+	}
+	if err := tx.QueryRowContext(ctx, s.q.lock, resource).Scan(&fence); err != nil {
+		return 0, dbErr(ctx, "put", resource, "reading the fence: ", err)
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return 0, dbErr(ctx, "put", resource, "commit: ", err)
+	}
+	return fence, nil
+}
+
+// fitsMySQL checks what New needs of a MySQL table beyond its columns,
+// which MySQL cannot check by planning the upsert (an INSERT ... ON
+// DUPLICATE KEY UPDATE on a table without a unique key on resource plans,
+// and runs, as a plain INSERT):
+//
+//   - the table is InnoDB's, whose transactions and row locks Put and
+//     Tx rely on (MyISAM, say, has neither);
+//   - resource is VARBINARY of at least MaxResourceLen bytes, so that
+//     names are compared byte for byte and none is cut short (see
+//     maxResourceBytes); fence and value_token are BIGINT, and value is
+//     LONGBLOB, so that no token or value is cut to fit the column (as
+//     MySQL does without strict SQL mode);
+//   - a primary key or unique index has resource as its only column,
+//     whole (an index on a prefix of it would make names that share the
+//     prefix one row).
+//
+// It reads information_schema, which shows the tables of the database
+// that the table name's schema part names, or of the connection's
+// current database.
+func (s *Store) fitsMySQL(ctx context.Context) error {
+	schema, name, ok := strings.Cut(s.table, ".")
+	var db any = schema // nil: the current database
+	if !ok {
+		db, name = nil, s.table
+	}
+	where := ` WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`
+	trouble := func(err error) error {
+		return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
+	}
+
+	var engine sql.NullString
+	if err := s.db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES`+where, db, name).Scan(&engine); err != nil {
+		return trouble(err)
+	}
+	if !strings.EqualFold(engine.String, "InnoDB") {
+		return fmt.Errorf("sqlstore: table %s is not an InnoDB table (its engine: %q): Put and Tx need InnoDB's transactions and row locks", s.table, engine.String)
+	}
+
+	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0) FROM information_schema.COLUMNS`+where, db, name)
+	if err != nil {
+		return trouble(err)
+	}
+	types := make(map[string]string)
+	for rows.Next() {
+		var column, dataType string
+		var length int64
+		if err := rows.Scan(&column, &dataType, &length); err != nil {
+			rows.Close()
+			return trouble(err)
+		}
+		column, dataType = strings.ToLower(column), strings.ToLower(dataType)
+		if column == "resource" && dataType == "varbinary" && length < maxResourceBytes {
+			dataType = fmt.Sprintf("varbinary(%d)", length)
+		}
+		types[column] = dataType
+	}
+	if err := rows.Err(); err != nil {
+		return trouble(err)
+	}
+	for _, c := range []struct{ column, want, why string }{
+		{"resource", "varbinary", fmt.Sprintf("VARBINARY(%d) or longer: names are compared byte for byte (a character type's collation may ignore case, accents or trailing spaces) and none is cut short", maxResourceBytes)},
+		{"fence", "bigint", "BIGINT: tokens are 64-bit"},
+		{"value_token", "bigint", "BIGINT: tokens are 64-bit"},
+		{"value", "longblob", "LONGBLOB: no value is cut to fit"},
+	} {
+		if got := types[c.column]; got != c.want {
+			return fmt.Errorf("sqlstore: table %s: column %s is %s; the Store needs %s", s.table, c.column, strings.ToUpper(got), c.why)
+		}
+	}
+
+	rows, err = s.db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS`+where+` AND NON_UNIQUE = 0`, db, name)
+	if err != nil {
+		return trouble(err)
+	}
+	// The unique indexes' columns, "resource" alone for one that fits;
+	// "*" marks a column indexed by a prefix.
+	indexes := make(map[string]string)
+	for rows.Next() {
+		var index, column string
+		var prefix sql.NullInt64
+		if err := rows.Scan(&index, &column, &prefix); err != nil {
+			rows.Close()
+			return trouble(err)
+		}
+		column = strings.ToLower(column)
+		if prefix.Valid {
+			column += "*"
+		}
+		if indexes[index] != "" {
+			column = indexes[index] + "," + column
+		}
+		indexes[index] = column
+	}
+	if err := rows.Err(); err != nil {
+		return trouble(err)
+	}
+	for _, columns := range indexes {
+		if columns == "resource" {
+			return nil
+		}
+	}
+	return fmt.Errorf("sqlstore: table %s has no primary key or unique constraint on resource alone (whole, not a prefix), which the INSERT ... ON DUPLICATE KEY UPDATE of Put and Tx needs", s.table)
+}
