@@ -235,29 +235,12 @@ func (n *nemesis) inject(kind string) {
 		n.flushAll(start)
 	case faultFailover:
 		lost, err := n.failover.step(n.rng, n.ttl)
-		if err != nil {
-			n.errs = append(n.errs, err)
-			return
-		}
-		n.eff.Failovers++
-		if lost {
-			n.eff.FailoversLost++
-		}
-		n.record(faultFailover, nil, start)
+		n.failedOver(faultFailover, start, lost, err)
 	case faultKillMaster:
 		cut, lost, err := n.sentinel.step(n.t, n.rng)
-		if err != nil {
-			n.errs = append(n.errs, err)
-			return
-		}
-		n.eff.Failovers++
-		if lost {
-			n.eff.FailoversLost++
-		}
-		if cut {
+		if n.failedOver(faultKillMaster, start, lost, err) && cut {
 			n.eff.FailoversCut++
 		}
-		n.record(faultKillMaster, nil, start)
 	case faultLateReply:
 		n.lateReply()
 	case faultStall:
@@ -272,6 +255,22 @@ func (n *nemesis) inject(kind string) {
 	default:
 		n.t.Fatalf("unknown fault %q", kind)
 	}
+}
+
+// failedOver counts a failover of kind that began at start, and reports
+// whether it completed: err says why it did not, lost that the promoted
+// replica had missed grants.
+func (n *nemesis) failedOver(kind string, start int64, lost bool, err error) bool {
+	if err != nil {
+		n.errs = append(n.errs, err)
+		return false
+	}
+	n.eff.Failovers++
+	if lost {
+		n.eff.FailoversLost++
+	}
+	n.record(kind, nil, start)
+	return true
 }
 
 // lateReply arms the late-reply fault on one in-process Locker and waits
