@@ -92,7 +92,7 @@ func staleCauses(stale []string, ops []op, events []faultEvent, applied map[stri
 		case during(p.Client, g.Call, g.Return, func(k string) bool { return strings.HasPrefix(k, faultProxy+"-") }):
 			cause = causeLateGrant
 		case during(p.Client, g.Call, p.Call, func(k string) bool {
-			return k == faultRestart || k == faultFlushAll || k == faultFailover
+			return k == faultRestart || k == faultFlushAll || k == faultFailover || k == faultKillMaster
 		}):
 			cause = causeLockLost
 		default:

@@ -345,6 +345,9 @@ func TestScenariosAreValid(t *testing.T) {
 		{name: "negative-fenced", topology: topoSingle, store: storeMemory, negative: true},
 		{name: "proxy-cluster", topology: topoCluster, store: storeMemory, faults: []string{faultProxy}},
 		{name: "restart-failover", topology: topoFailover, store: storeMemory, faults: []string{faultRestart}},
+		{name: "kill-master-single", topology: topoSingle, store: storeMemory, faults: []string{faultKillMaster}},
+		{name: "flushall-sentinel", topology: topoSentinel, store: storeMemory, faults: []string{faultFlushAll}},
+		{name: "replicas-single", topology: topoSingle, store: storeMemory, replicas: 1},
 		{name: "sigstop-alone", topology: topoSingle, store: storeMemory, faults: []string{faultSigstop}},
 	} {
 		if err := sc.validate(); err == nil {

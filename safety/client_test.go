@@ -46,6 +46,9 @@ type clientSpec struct {
 type lockTarget struct {
 	Addrs   []string
 	Cluster bool // a Redis Cluster: Addrs are its nodes
+	// MasterName, when set, is the name of the master for the Sentinels
+	// at Addrs: the client is go-redis's failover client.
+	MasterName string
 	// Replicas > 0 makes the Lockers wait for that many replicas to
 	// confirm each grant (fencedlock.WithReplicas), for ReplicaTimeout.
 	Replicas       int
@@ -81,6 +84,7 @@ func (lt lockTarget) newRedisClient(maxRetries int) redis.UniversalClient {
 	return redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 lt.Addrs,
 		IsClusterMode:         lt.Cluster, // else one address: a *redis.Client
+		MasterName:            lt.MasterName,
 		DialTimeout:           redisTimeout,
 		ReadTimeout:           readTimeout,
 		WriteTimeout:          redisTimeout,

@@ -42,6 +42,13 @@
 //   - failover, failover-pause: failovers to a replica that missed the
 //     latest grants, with and without pauses; failover-wait: the same
 //     with fencedlock.WithReplicas.
+//   - sentinel, sentinel-wait: a master, two replicas and three
+//     Sentinels, the clients on go-redis's failover client; the master
+//     killed with SIGKILL (every other time just after its replicas were
+//     cut off, so that its last grants are lost), a replica promoted by
+//     the Sentinels, the killed server back as a replica of the new
+//     master; with pauses, and in sentinel-wait with
+//     fencedlock.WithReplicas.
 //   - cluster: a real 3-master Redis Cluster, flushed, with pauses and
 //     stopped children.
 //   - late-reply (in mixed): a Release or a Refresh whose reply is
@@ -64,13 +71,14 @@
 // The suite checks that the faults did what they are for, and reports it:
 // the lock Redis must be empty after each restart and flush (or the
 // scenario fails), with the counters it held counted as lost; each
-// failover compares the token counters of the old master and the
-// promoted replica (failovers that lost grants); held writes are counted
-// when delivered; stops are counted when they found their child holding
-// a lock; late-reply cycles are counted when the short call timed out and
-// was made again (with the waiters present); stalls by the waiting
-// acquires whose deadline fell in one (and those of them that returned
-// more than 100ms after it). The report also counts the Releases
+// failover, and each kill of a master under Sentinel, compares the token
+// counters of the old master and the promoted replica (failovers that
+// lost grants); held writes are counted when delivered; stops are
+// counted when they found their child holding a lock; late-reply cycles
+// are counted when the short call timed out and was made again (with the
+// waiters present); stalls by the waiting acquires whose deadline fell
+// in one (and those of them that returned more than 100ms after it). The
+// report also counts the Releases
 // called while a goroutine of the same Locker waited for the resource. In
 // the long mode a listed fault with no effect at all fails its scenario.
 //
@@ -97,9 +105,10 @@
 //     without its grant in Redis (a grant overwrites the key, and later
 //     grants carry higher tokens, even after a restart or a flush): a
 //     violation, as is one token under two owners. A missing key or a
-//     higher token is fine. In a failover scenario a read is skipped when
-//     a promotion came between the lock call and the read. The report
-//     counts the Locks checked, so that the checker cannot pass unseen.
+//     higher token is fine. In a failover or sentinel scenario a read is
+//     skipped when a promotion (or a kill of the master) came between the
+//     lock call and the read. The report counts the Locks checked, so
+//     that the checker cannot pass unseen.
 //
 // The report counts the stale writes attempted: the writes that reached
 // the store with a token below the highest it had accepted for the
@@ -120,7 +129,7 @@
 // The suite needs redis-server on PATH, like the library's other
 // real-Redis tests: without it they skip, and with CI=true they fail.
 // Without flags it runs in quick mode, four seconds of workload per
-// scenario, for CI (about 75 seconds in all, -race or not):
+// scenario, for CI (about 90 seconds in all, -race or not):
 //
 //	go test ./safety
 //

@@ -33,9 +33,10 @@ import (
 //
 // Topologies: on one node and on the cluster the direct connection
 // reaches the master of the key (no proxy, no failover). In a failover
-// the master changes: a read is made only if no promotion happened
-// between the lock call and the read (failoverRig.epoch); otherwise it is
-// skipped, as the grant may have run on the old master.
+// the master changes: a read is made only if no promotion (nor, under
+// Sentinel, a kill of the master) happened between the lock call and the
+// read (failoverRig.epoch, sentinelRig.epoch); otherwise it is skipped,
+// as the grant may have run on the old master.
 
 // A keyRead names what the direct read of a returned Lock's key found.
 type keyRead string

@@ -40,6 +40,7 @@ import (
 //   - faultFlushAll: FLUSHALL on the lock Redis (every master of a
 //     cluster): the same loss without a restart.
 //   - faultFailover: see failoverRig.
+//   - faultKillMaster: see sentinelRig.
 //   - faultLateReply: a Release or a Refresh whose reply is delayed past
 //     its ctx, on a Locker with a waiter of its own, and then called
 //     again: run by one of the Locker's goroutines (see latereply_test.go).
@@ -57,6 +58,7 @@ const (
 	faultRestart    = "restart"
 	faultFlushAll   = "flushall"
 	faultFailover   = "failover"
+	faultKillMaster = "kill-master"
 	faultLateReply  = "late-reply"
 	faultStall      = "stall"
 )
@@ -109,11 +111,14 @@ type effects struct {
 	// LossyFaults counts, by kind, the restarts and flushes that lost at
 	// least one counter.
 	LossyFaults map[string]int
-	// Failovers counts the failovers whose steps all succeeded, and
-	// FailoversLost those among them whose promoted replica had a token
-	// counter below the old master's: grants lost.
+	// Failovers counts the failovers (faultFailover, faultKillMaster)
+	// whose steps all succeeded, and FailoversLost those among them whose
+	// promoted replica had a token counter below the old master's: grants
+	// lost. FailoversCut counts the kill-master failovers whose replicas
+	// were cut off before the kill.
 	Failovers     int
 	FailoversLost int
+	FailoversCut  int
 	// HoldsAsked counts the requests the late-write fault asked the store
 	// proxy to hold; HoldsDelivered those delivered to the store after
 	// their hold.
@@ -142,6 +147,7 @@ type nemesis struct {
 	lockAdmin   []*redis.Client   // faultFlushAll, faultRestart: direct clients of every master
 	children    *children         // faultSigstop
 	failover    *failoverRig      // faultFailover
+	sentinel    *sentinelRig      // faultKillMaster
 	holdFor     time.Duration     // faultLateWrite: how long a write is held
 	lastHold    time.Time         // when the last hold was asked for; zero if none was
 	errs        []error           // faults that could not be injected, or did not do what they should
@@ -229,15 +235,12 @@ func (n *nemesis) inject(kind string) {
 		n.flushAll(start)
 	case faultFailover:
 		lost, err := n.failover.step(n.rng, n.ttl)
-		if err != nil {
-			n.errs = append(n.errs, err)
-			return
+		n.failedOver(faultFailover, start, lost, err)
+	case faultKillMaster:
+		cut, lost, err := n.sentinel.step(n.t, n.rng)
+		if n.failedOver(faultKillMaster, start, lost, err) && cut {
+			n.eff.FailoversCut++
 		}
-		n.eff.Failovers++
-		if lost {
-			n.eff.FailoversLost++
-		}
-		n.record(faultFailover, nil, start)
 	case faultLateReply:
 		n.lateReply()
 	case faultStall:
@@ -252,6 +255,22 @@ func (n *nemesis) inject(kind string) {
 	default:
 		n.t.Fatalf("unknown fault %q", kind)
 	}
+}
+
+// failedOver counts a failover of kind that began at start, and reports
+// whether it completed: err says why it did not, lost that the promoted
+// replica had missed grants.
+func (n *nemesis) failedOver(kind string, start int64, lost bool, err error) bool {
+	if err != nil {
+		n.errs = append(n.errs, err)
+		return false
+	}
+	n.eff.Failovers++
+	if lost {
+		n.eff.FailoversLost++
+	}
+	n.record(kind, nil, start)
+	return true
 }
 
 // lateReply arms the late-reply fault on one in-process Locker and waits

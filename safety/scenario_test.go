@@ -36,6 +36,7 @@ const (
 	topoSingle   = "single"   // one redis-server behind a fault proxy
 	topoFailover = "failover" // a master and a replica that trade places (failoverRig)
 	topoCluster  = "cluster"  // a 3-master Redis Cluster, no proxy
+	topoSentinel = "sentinel" // a master, two replicas and three Sentinels; clients on go-redis's failover client (sentinelRig)
 )
 
 // What the clients write to.
@@ -92,6 +93,15 @@ var scenarios = []scenario{
 	// has it, so acquires fail while the link is cut (ErrNotReplicated),
 	// and the promoted replica has every grant a client received.
 	{name: "failover-wait", topology: topoFailover, store: storeMemory, pauses: true, faults: []string{faultFailover}, replicas: 1},
+	// Real failovers under Sentinel: the master killed (SIGKILL), every
+	// other time just after its replicas were cut off, so that its last
+	// grants are lost; the Sentinels promote a replica, and the clients'
+	// failover client follows. Holders paused past their TTL too.
+	{name: "sentinel", topology: topoSentinel, store: storeMemory, pauses: true, faults: []string{faultKillMaster}},
+	// The same with WithReplicas(1): acquires fail while the replicas are
+	// cut off (ErrNotReplicated), and the promoted replica has every
+	// grant a client received.
+	{name: "sentinel-wait", topology: topoSentinel, store: storeMemory, pauses: true, faults: []string{faultKillMaster}, replicas: 1},
 	// A real 3-master cluster: keys of different resources on different
 	// masters, every master flushed.
 	{name: "cluster", topology: topoCluster, store: storeMemory, pauses: true, children: 2, faults: []string{faultSigstop, faultFlushAll}},
@@ -175,8 +185,8 @@ func (sc scenario) validate() error {
 		return fmt.Errorf("%s: a negative control needs the unfenced store", sc.name)
 	case !sc.negative && sc.store == storeUnfenced:
 		return fmt.Errorf("%s: the unfenced store is for the negative control only", sc.name)
-	case sc.replicas > 0 && sc.topology != topoFailover:
-		return fmt.Errorf("%s: WithReplicas needs a replica: the failover topology", sc.name)
+	case sc.replicas > 0 && sc.topology != topoFailover && sc.topology != topoSentinel:
+		return fmt.Errorf("%s: WithReplicas needs a replica: the failover or sentinel topology", sc.name)
 	}
 	for _, f := range sc.faults {
 		switch {
@@ -184,8 +194,10 @@ func (sc scenario) validate() error {
 			return fmt.Errorf("%s: the %s fault needs the single-node topology", sc.name, f)
 		case f == faultFailover && sc.topology != topoFailover:
 			return fmt.Errorf("%s: the failover fault needs the failover topology", sc.name)
-		case f == faultFlushAll && sc.topology == topoFailover:
-			return fmt.Errorf("%s: flushall is not wired to the failover topology", sc.name)
+		case f == faultKillMaster && sc.topology != topoSentinel:
+			return fmt.Errorf("%s: the kill-master fault needs the sentinel topology", sc.name)
+		case f == faultFlushAll && (sc.topology == topoFailover || sc.topology == topoSentinel):
+			return fmt.Errorf("%s: flushall is not wired to the %s topology", sc.name, sc.topology)
 		case f == faultSigstop && sc.children == 0:
 			return fmt.Errorf("%s: the sigstop fault needs child processes", sc.name)
 		case f == faultStoreProxy && sc.store != storeDirect:
@@ -386,6 +398,11 @@ func (r *scenarioRun) setupLocks() {
 		f := newFailoverRig(t)
 		r.lock = lockTarget{Addrs: []string{f.clients.Addr()}, Replicas: r.sc.replicas, ReplicaTimeout: replicaTimeout}
 		r.nem.failover = f
+		r.keys = f // no child processes in this topology
+	case topoSentinel:
+		f := newSentinelRig(t, r.adminClient)
+		r.lock = lockTarget{Addrs: f.s.SentinelAddrs(), MasterName: f.s.Name, Replicas: r.sc.replicas, ReplicaTimeout: replicaTimeout}
+		r.nem.sentinel = f
 		r.keys = f // no child processes in this topology
 	case topoCluster:
 		servers := redistest.StartClusterN(t, 3)

@@ -186,6 +186,11 @@ func (r *scenarioRun) checkEffects(sum *summary, history []op) {
 			if eff.FailoversLost == 0 {
 				zero(f, "no promoted replica had missed a grant")
 			}
+		case faultKillMaster:
+			parts = append(parts, fmt.Sprintf("kill-master: %d/%d lost grants (replicas cut off before %d of the kills)", eff.FailoversLost, eff.Failovers, eff.FailoversCut))
+			if eff.FailoversLost == 0 {
+				zero(f, "no promoted replica had missed a grant")
+			}
 		case faultLateWrite:
 			parts = append(parts, fmt.Sprintf("late-write: %d/%d held requests delivered", eff.HoldsDelivered, eff.HoldsAsked))
 			if eff.HoldsDelivered == 0 {

@@ -52,6 +52,8 @@ var program = &servertest.Program{Name: "redis-server", Tests: "real-Redis", Ins
 
 // Start starts a redis-server and stops it when tb's test ends. extra
 // arguments are passed on its command line, e.g. "--cluster-enabled", "yes".
+// A first extra argument that is not an option is a config file, which
+// redis-server reads only as its first argument (Sentinel needs one).
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	s, err := start(Binary(tb), extra...)
@@ -67,6 +69,10 @@ func start(bin string, extra ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var conf []string
+	if len(extra) > 0 && !strings.HasPrefix(extra[0], "-") {
+		conf, extra = extra[:1], extra[1:]
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := servertest.FreePort()
@@ -79,6 +85,7 @@ func start(bin string, extra ...string) (*Server, error) {
 			"--protected-mode", "no", "--loglevel", "warning",
 			"--logfile", filepath.Join(dir, "redis.log"),
 		}, extra...)
+		args = append(conf[:len(conf):len(conf)], args...)
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: args, dir: dir}
 		if lastErr = s.launch(bin); lastErr == nil {
 			return s, nil
