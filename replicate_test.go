@@ -104,7 +104,7 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 			holder := ltTryAcquire(t, ctx, holderLocker, res, ltLongTTL)
 			done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
 			ltEventually(t, func() bool {
-				return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, true, l, res) == 1
+				return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, l, res) == 1
 			}, "the waiter to queue and subscribe")
 			// The master knows that the replica has the waiter's own
 			// writes before the grant: a WAIT for those alone would return
@@ -136,7 +136,7 @@ func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
 	holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
 	done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
 	ltEventually(t, func() bool {
-		return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, true, l, res) == 1
+		return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, l, res) == 1
 	}, "the waiter to queue and subscribe")
 	time.Sleep(50 * time.Millisecond) // for its attempt once the subscription is confirmed
 	p.HoldRequests(1, 300*time.Millisecond)

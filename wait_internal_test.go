@@ -65,9 +65,10 @@ func TestLateGrantMessageIsNotTrusted(t *testing.T) {
 // while another client's script runs) does not settle the kind of pub/sub:
 // the next probe asks again.
 func TestProbeAsksAgainAfterOtherErrors(t *testing.T) {
-	srv := redistest.Start(t, "--busy-reply-threshold", "50")
+	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()
+	require.NoError(t, redistest.SetBusyThreshold(ctx, c, 50))
 	go srv.Client(t).Eval(ctx, "while true do end", nil)
 	l := New(c)
 	require.Eventually(t, func() bool {
@@ -77,4 +78,23 @@ func TestProbeAsksAgainAfterOtherErrors(t *testing.T) {
 	require.NoError(t, c.Do(ctx, "SCRIPT", "KILL").Err())
 	assert.Eventually(t, func() bool { return l.probe(ctx) != 0 }, 5*time.Second, 10*time.Millisecond,
 		"the probe could not tell once Redis answered")
+}
+
+// The probe finds the kind of pub/sub the server has, as the tests' own
+// check does: sharded on Redis 7 and Valkey, classic on Redis 5.0 and
+// 6.2 and on miniredis. The waiting tests then count the subscriptions of
+// that kind only (redistest.Subscribers), so that both paths run: each on
+// the servers that have it.
+func TestProbeFindsTheServersPubSub(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		sharded, err := redistest.ShardedPubSub(ctx, b.Client)
+		require.NoError(t, err)
+		want, kind := pubsubClassic, "classic"
+		if sharded {
+			want, kind = pubsubSharded, "sharded"
+		}
+		t.Logf("%s pub/sub", kind)
+		assert.Equal(t, want, New(b.Client).probe(ctx))
+	})
 }

@@ -36,27 +36,25 @@ func ltQueued(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource
 }
 
 // ltSubscribers returns how many connections are subscribed to resource's
-// channel, by classic or by sharded pub/sub.
+// channel, by the kind of pub/sub the library uses on the server: sharded
+// where the server has it, classic elsewhere (miniredis, Redis before 7).
 func ltSubscribers(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) int64 {
 	t.Helper()
-	return ltChannelSubscribers(t, b.Client, b.Real, l, resource)
+	return ltChannelSubscribers(t, b.Client, l, resource)
 }
 
-// ltChannelSubscribers is ltSubscribers for the server behind c; sharded
-// pub/sub is counted only on a real Redis (miniredis lacks it).
-func ltChannelSubscribers(t *testing.T, c *redis.Client, real bool, l *fencedlock.Locker, resource string) int64 {
+// ltChannelSubscribers is ltSubscribers for the server behind c (on
+// Redis Cluster, for all its masters).
+func ltChannelSubscribers(t *testing.T, c redis.UniversalClient, l *fencedlock.Locker, resource string) int64 {
 	t.Helper()
-	ctx := context.Background()
-	channel := strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
-	n, err := c.PubSubNumSub(ctx, channel).Result()
+	n, err := redistest.Subscribers(context.Background(), c, ltChannel(l, resource))
 	require.NoError(t, err)
-	total := n[channel]
-	if real {
-		sn, err := c.PubSubShardNumSub(ctx, channel).Result()
-		require.NoError(t, err)
-		total += sn[channel]
-	}
-	return total
+	return n
+}
+
+// ltChannel returns the channel on which resource's grants are published.
+func ltChannel(l *fencedlock.Locker, resource string) string {
+	return strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
 }
 
 // ltEventually waits up to 5s for cond, failing t with what otherwise.
@@ -441,7 +439,8 @@ func TestHashSlot(t *testing.T) {
 	}
 }
 
-// On Redis Cluster a waiter is woken through sharded pub/sub.
+// On Redis Cluster a waiter is woken through sharded pub/sub (classic
+// pub/sub on servers without it).
 func TestClusterWaiterWakesOnRelease(t *testing.T) {
 	srv := redistest.StartCluster(t)
 	ctx := ltCtx(t)
@@ -452,11 +451,8 @@ func TestClusterWaiterWakesOnRelease(t *testing.T) {
 		holder, err := holders.TryAcquire(ctx, resource, ltLongTTL)
 		require.NoError(t, err)
 		done := ltWaitFor(ctx, waiters, resource, ltLongTTL, ltHourDelay)
-		channel := strings.TrimSuffix(waiters.LockKey(resource), "lock") + "grants"
-		ltEventually(t, func() bool {
-			n, err := client.PubSubShardNumSub(ctx, channel).Result()
-			return err == nil && n[channel] == 1
-		}, "the waiter to subscribe to "+channel)
+		ltEventually(t, func() bool { return ltChannelSubscribers(t, client, waiters, resource) == 1 },
+			"the waiter to subscribe to "+ltChannel(waiters, resource))
 		released := time.Now()
 		require.NoError(t, holder.Release(ctx))
 		lock := ltAwait(t, done)
@@ -574,7 +570,9 @@ func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
 
 // On a cluster of three masters, a waiter's sharded subscription that
 // breaks is made again on the node serving its slot, and the waiter
-// hears the grants published after that.
+// hears the grants published after that. (On servers without sharded
+// pub/sub the subscription is classic, and a message published on any
+// node reaches it.)
 func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 	servers := redistest.StartClusterN(t, 3)
 	ctx := ltCtx(t)
@@ -587,14 +585,11 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 	holders, waiters := fencedlock.New(client), fencedlock.New(client)
 	for i := 0; i < 6; i++ {
 		resource := fmt.Sprintf("res-%d", i)
-		channel := strings.TrimSuffix(waiters.LockKey(resource), "lock") + "grants"
+		channel := ltChannel(waiters, resource)
 		holder, err := holders.TryAcquire(ctx, resource, ltLongTTL)
 		require.NoError(t, err)
 		done := ltWaitFor(ctx, waiters, resource, ltLongTTL, ltHourDelay)
-		subscribed := func() bool {
-			n, err := client.PubSubShardNumSub(ctx, channel).Result()
-			return err == nil && n[channel] == 1
-		}
+		subscribed := func() bool { return ltChannelSubscribers(t, client, waiters, resource) == 1 }
 		ltEventually(t, subscribed, "the waiter to subscribe to "+channel)
 		// Break every subscription connection, as a network blip would.
 		require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {

@@ -98,6 +98,14 @@ func start(bin string, extra ...string) (*Server, error) {
 func (s *Server) launch(bin string) error {
 	cmd := exec.Command(bin, s.args...)
 	dieWithParent(cmd)
+	// A server that refuses its command line (an option it does not
+	// know, say) says why on stderr, before it opens its log file.
+	out, err := os.Create(filepath.Join(s.dir, "redis.stderr"))
+	if err != nil {
+		return err
+	}
+	defer out.Close() // the server has its own copy
+	cmd.Stdout, cmd.Stderr = out, out
 	ready := func() bool { return ping(s.Addr) == nil }
 	if _, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, s.logTail); err != nil {
 		return err
@@ -108,12 +116,22 @@ func (s *Server) launch(bin string) error {
 	return nil
 }
 
+// logTail returns the end of the server's stderr and of its log file.
 func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
+	var parts []string
+	for _, name := range []string{"redis.stderr", "redis.log"} {
+		b, _ := os.ReadFile(filepath.Join(s.dir, name))
+		if len(b) > 2000 {
+			b = b[len(b)-2000:]
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			parts = append(parts, name+": "+t)
+		}
 	}
-	return strings.TrimSpace(string(b))
+	if len(parts) == 0 {
+		return "(no output on stderr, no log)"
+	}
+	return strings.Join(parts, "\n")
 }
 
 func ping(addr string) error {
@@ -197,8 +215,8 @@ func StartCluster(tb testing.TB) *Server {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
-		tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v", err)
+	if err := AddSlots(ctx, c, 0, 16383); err != nil {
+		tb.Fatalf("redistest: assigning the slots: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -228,8 +246,8 @@ func StartClusterN(tb testing.TB, n int) []*Server {
 	}
 	for i, c := range clients {
 		from, to := i*16384/n, (i+1)*16384/n-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", from, to).Err(); err != nil {
-			tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d: %v", from, to, err)
+		if err := AddSlots(ctx, c, from, to); err != nil {
+			tb.Fatalf("redistest: assigning the slots %d..%d: %v", from, to, err)
 		}
 		if i > 0 {
 			host, port, _ := strings.Cut(servers[0].Addr, ":")
