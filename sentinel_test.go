@@ -50,9 +50,8 @@ func snAwaitQueued(t *testing.T, ctx context.Context, s *redistest.Sentinel, l *
 	m, err := s.Master(ctx)
 	require.NoError(t, err)
 	mc := m.Client(t)
-	sharded := mc.Do(ctx, "PUBSUB", "SHARDNUMSUB").Err() == nil // Redis 7 and later
 	ltEventually(t, func() bool {
-		return l.WaiterRefused(resource) && ltChannelSubscribers(t, mc, sharded, l, resource) == 1
+		return l.WaiterRefused(resource) && ltChannelSubscribers(t, mc, l, resource) == 1
 	}, "the waiter to queue and subscribe")
 	time.Sleep(50 * time.Millisecond)
 }
