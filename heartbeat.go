@@ -141,6 +141,9 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		default:
 			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
+			if l := k.locker; l.watched() {
+				l.emit(ctx, Event{Kind: EventRefreshFailed, Resource: k.resource, Token: k.token, TTL: ttl, Err: err})
+			}
 		}
 	}
 }
