@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/names"
 )
 
@@ -436,4 +437,11 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 		return redisErr(ctx, "advance", name, err, key)
 	}
 	return nil
+}
+
+func init() {
+	link.Locker = func(v any) link.Internals {
+		l := v.(*Locker)
+		return link.Internals{Client: l.client, Key: l.key, Check: l.check}
+	}
 }
