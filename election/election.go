@@ -405,7 +405,9 @@ func (e *Election) current(ctx context.Context) (Leader, bool) {
 // if still leader and campaigns again. It returns when ctx ends, with
 // ctx's error, or when fn returns an error while its term lasts, with that
 // error (after resigning). An fn that returns because its term ended
-// does not stop Run: it campaigns again. A campaign that fails because
+// does not stop Run: it campaigns again. So does an fn whose error
+// matches fencedlock.ErrStaleToken: a store holds a later term's write,
+// so this term is over even if its heartbeat has not yet found out. A campaign that fails because
 // Redis cannot be reached is tried again, after a pause that grows to 5s.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
@@ -470,10 +472,15 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 		_ = term.Resign(rctx) // failing, the term ends with its lease
 	}()
 	ferr := fn(fnCtx, term)
-	if ferr != nil && term.Err() == nil && ctx.Err() == nil {
-		return ferr
+	switch {
+	case ferr == nil, term.Err() != nil, ctx.Err() != nil:
+		return nil
+	case errors.Is(ferr, fencedlock.ErrStaleToken):
+		// A store holds a later term's write: this term is over, though
+		// its heartbeat may not know yet.
+		return nil
 	}
-	return nil
+	return ferr
 }
 
 // call runs f, one round trip to Redis, and returns by the time ctx ends,

@@ -387,6 +387,18 @@ func TestRunErrors(t *testing.T) {
 		require.Equal(t, boom, err, "Run stopped at the lost term")
 		assert.EqualValues(t, 2, atomic.LoadInt32(&calls))
 		assert.ErrorIs(t, cause, fencedlock.ErrLockLost)
+
+		// A stale write says that a later term wrote: Run campaigns
+		// again rather than returning it.
+		atomic.StoreInt32(&calls, 0)
+		err = e.Run(ctx, "z", func(context.Context, *election.Term) error {
+			if atomic.AddInt32(&calls, 1) == 1 {
+				return fmt.Errorf("writing the report: %w", fencedlock.ErrStaleToken)
+			}
+			return boom
+		})
+		require.Equal(t, boom, err, "Run stopped at a stale write")
+		assert.EqualValues(t, 2, atomic.LoadInt32(&calls))
 		elNoGoroutinesLeft(t)
 	})
 }
