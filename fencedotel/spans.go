@@ -1,0 +1,143 @@
+package fencedotel
+
+import (
+	"context"
+	"math"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// The spans' names: see the package documentation.
+const (
+	SpanAcquire  = "fencedlock.acquire"
+	SpanRelease  = "fencedlock.release"
+	SpanStorePut = "fencedlock.store.put"
+)
+
+// EventHandOver is the name of the span event added for a hand-over.
+const EventHandOver = "fencedlock.hand_over"
+
+// spanKind names the three operations that have a span.
+type spanKind uint8
+
+const (
+	spanAcquire spanKind = iota
+	spanRelease
+	spanStorePut
+)
+
+var spanNames = [...]string{spanAcquire: SpanAcquire, spanRelease: SpanRelease, spanStorePut: SpanStorePut}
+
+// The context keys under which Observe keeps the span it started for an
+// operation, one per kind of operation. A span found under one of them
+// was started by an Observer of this package for that operation: only
+// such a span is ever ended, never a span of the caller's.
+type (
+	acquireSpanKey struct{}
+	releaseSpanKey struct{}
+	writeSpanKey   struct{}
+)
+
+// startSpan starts the span of the operation e begins, a child of the
+// span in ctx if any, and returns ctx with the span, also under key.
+func (o *Observer) startSpan(ctx context.Context, key any, kind spanKind, e fencedlock.Event) context.Context {
+	attrs := make([]attribute.KeyValue, 0, 3)
+	attrs = append(attrs, AttrResource.String(e.Resource))
+	if e.TTL > 0 {
+		attrs = append(attrs, AttrTTL.Int64(e.TTL.Milliseconds()))
+	}
+	if e.Token != 0 {
+		attrs = append(attrs, tokenAttr(e.Token))
+	}
+	ctx, span := o.tracer.Start(ctx, spanNames[kind], trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	if span == nil {
+		return ctx // a Tracer that breaks its contract: nothing to end later
+	}
+	return context.WithValue(ctx, key, span)
+}
+
+// ownSpan returns the span kept under key in ctx: the one an Observer
+// started for this operation.
+func ownSpan(ctx context.Context, key any) (trace.Span, bool) {
+	span, ok := ctx.Value(key).(trace.Span)
+	return span, ok && span != nil
+}
+
+// endAcquireSpan ends the acquire span with the outcome, the wait and,
+// when granted, the token; a failure sets the error status.
+func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
+	span, ok := ownSpan(ctx, acquireSpanKey{})
+	if !ok {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			AttrOutcome.String(e.Outcome.String()),
+			AttrWait.Float64(float64(e.Duration)/1e6),
+		)
+		if e.Token != 0 {
+			span.SetAttributes(tokenAttr(e.Token))
+		}
+		setErr(span, e.Err)
+	}
+	span.End()
+}
+
+// endReleaseSpan ends the release span, with the error status when the
+// release failed.
+func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
+	span, ok := ownSpan(ctx, releaseSpanKey{})
+	if !ok {
+		return
+	}
+	setErr(span, e.Err)
+	span.End()
+}
+
+// endWriteSpan ends the store write span with its outcome, and the error
+// status when the write was refused or failed.
+func (o *Observer) endWriteSpan(ctx context.Context, e fencedlock.Event) {
+	span, ok := ownSpan(ctx, writeSpanKey{})
+	if !ok {
+		return
+	}
+	span.SetAttributes(AttrOutcome.String(e.Outcome.String()))
+	setErr(span, e.Err)
+	span.End()
+}
+
+// handOverEvent adds a span event for a hand-over to the span in ctx,
+// whoever started it: the release's span when Release handed the lock
+// on, the acquire's when a waiter leaving the queue did.
+func handOverEvent(ctx context.Context, e fencedlock.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(EventHandOver, trace.WithAttributes(tokenAttr(e.Token)))
+}
+
+// setErr records err on span and sets its status to Error; a nil err
+// leaves the status unset.
+func setErr(span trace.Span, err error) {
+	if err == nil {
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// tokenAttr is the fencedlock.token attribute of t: an int64 when it
+// fits, its decimal string when it does not, so no token ever shows as a
+// negative number.
+func tokenAttr(t fencedlock.Token) attribute.KeyValue {
+	if uint64(t) <= math.MaxInt64 {
+		return AttrToken.Int64(int64(t))
+	}
+	return AttrToken.String(strconv.FormatUint(uint64(t), 10))
+}
