@@ -22,6 +22,8 @@
 //	fencedlock.lock.lost            int64 counter             {lock}
 //	fencedlock.store.writes         int64 counter             {write}  fencedlock.outcome
 //
+// What each measures:
+//
 //   - fencedlock.acquire.duration is the time from a call to TryAcquire,
 //     Acquire or Do to its return, waiting included. Its
 //     fencedlock.outcome is acquired, not_acquired (the lock was held, or
@@ -63,16 +65,22 @@
 // when the token is at most math.MaxInt64, and its decimal string above
 // (no token shows as a negative number).
 //
-// An Observer ends only the spans it started: it keeps each under a
-// context key of its own, and an end event whose ctx lacks one (the ctx
-// of the caller, or a span of the caller's) ends nothing.
+// An Observer ends only the spans it started itself: it keeps each in
+// the operation's ctx under a context key of its own, and an end event
+// whose ctx holds no span under its key ends nothing, whatever span of
+// the caller's (or of another Observer's) the ctx holds.
 //
 // A release that hands the lock to a waiter adds the span event
 // fencedlock.hand_over, with the new holder's fencedlock.token, to the
 // span in its ctx while that span records: the release's own span (or,
 // when a waiter giving up hands on a lock granted to it meanwhile, its
-// acquire span, if not ended yet). A failed heartbeat refresh and
-// the end of a lock (released or lost) make no span and no span event:
-// they happen on the heartbeat's goroutine, outside any operation's
-// ctx; a loss shows in fencedlock.lock.lost.
+// acquire span, if not ended yet).
+//
+// A failed heartbeat refresh (one that will be tried again) is not
+// recorded at all: it happens on the heartbeat's goroutine, outside any
+// operation's ctx. The end of a lock, released or lost, makes no span
+// and no span event, since the Locker reports it outside any operation's
+// ctx too; it shows in fencedlock.lock.held, fencedlock.lock.hold.duration
+// and fencedlock.lock.lost, and a Release that finds the lock lost fails
+// its fencedlock.release span.
 package fencedotel

@@ -25,9 +25,11 @@ const ScopeName = "github.com/fencedlock/fencedlock/fencedotel"
 // instruments and starts and ends spans, which the OpenTelemetry SDK
 // does without waiting (unless a span processor that exports on the
 // caller's goroutine, such as the SDK's SimpleSpanProcessor, is
-// configured). A nil *Observer observes nothing.
+// configured). A nil *Observer, or one not made by NewObserver, observes
+// nothing.
 type Observer struct {
 	tracer trace.Tracer
+	keys   spanKeys // the context keys of the spans it started
 	m      instruments
 	// resourceAttr adds fencedlock.resource to every measurement.
 	resourceAttr bool
@@ -93,6 +95,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	}
 	return &Observer{
 		tracer:       tracer,
+		keys:         newSpanKeys(),
 		m:            m,
 		resourceAttr: c.resourceAttr,
 	}, nil
@@ -104,8 +107,8 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // for every other event, ctx. Kinds of events it does not know are
 // ignored.
 func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Context {
-	if o == nil {
-		return ctx
+	if o == nil || o.tracer == nil {
+		return ctx // nil, or not made by NewObserver
 	}
 	if ctx == nil {
 		// Only a Store's caller can pass a nil ctx; a span needs a parent.
@@ -113,20 +116,20 @@ func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Cont
 	}
 	switch e.Kind {
 	case fencedlock.EventAcquireStart:
-		return o.startSpan(ctx, acquireSpanKey{}, spanAcquire, e)
+		return o.startSpan(ctx, spanAcquire, e)
 	case fencedlock.EventAcquireEnd:
 		o.m.acquireEnd(ctx, e, o.resourceAttr)
 		o.endAcquireSpan(ctx, e)
 	case fencedlock.EventLockEnd:
 		o.m.lockEnd(ctx, e, o.resourceAttr)
 	case fencedlock.EventReleaseStart:
-		return o.startSpan(ctx, releaseSpanKey{}, spanRelease, e)
+		return o.startSpan(ctx, spanRelease, e)
 	case fencedlock.EventReleaseEnd:
 		o.endReleaseSpan(ctx, e)
 	case fencedlock.EventHandOver:
 		handOverEvent(ctx, e)
 	case fencedlock.EventStoreWriteStart:
-		return o.startSpan(ctx, writeSpanKey{}, spanStorePut, e)
+		return o.startSpan(ctx, spanStorePut, e)
 	case fencedlock.EventStoreWriteEnd:
 		o.m.storeWriteEnd(ctx, e, o.resourceAttr)
 		o.endWriteSpan(ctx, e)

@@ -33,19 +33,28 @@ const (
 
 var spanNames = [...]string{spanAcquire: SpanAcquire, spanRelease: SpanRelease, spanStorePut: SpanStorePut}
 
-// The context keys under which Observe keeps the span it started for an
-// operation, one per kind of operation. A span found under one of them
-// was started by an Observer of this package for that operation: only
-// such a span is ever ended, never a span of the caller's.
-type (
-	acquireSpanKey struct{}
-	releaseSpanKey struct{}
-	writeSpanKey   struct{}
-)
+// spanKey is a context key under which Observe keeps the span it started
+// for an operation. Each Observer has one key per kind of operation (see
+// newSpanKeys): a span found under one of them was started by that
+// Observer for that kind of operation, and only such a span is ever
+// ended, never a span of the caller's or of another Observer's.
+type spanKey struct{ kind spanKind }
+
+// spanKeys are an Observer's keys, by kind of operation.
+type spanKeys [len(spanNames)]*spanKey
+
+func newSpanKeys() spanKeys {
+	var k spanKeys
+	for i := range k {
+		k[i] = &spanKey{kind: spanKind(i)}
+	}
+	return k
+}
 
 // startSpan starts the span of the operation e begins, a child of the
-// span in ctx if any, and returns ctx with the span, also under key.
-func (o *Observer) startSpan(ctx context.Context, key any, kind spanKind, e fencedlock.Event) context.Context {
+// span in ctx if any, and returns ctx with the span, also under the
+// Observer's key for kind.
+func (o *Observer) startSpan(ctx context.Context, kind spanKind, e fencedlock.Event) context.Context {
 	attrs := make([]attribute.KeyValue, 0, 3)
 	attrs = append(attrs, AttrResource.String(e.Resource))
 	if e.TTL > 0 {
@@ -58,20 +67,20 @@ func (o *Observer) startSpan(ctx context.Context, key any, kind spanKind, e fenc
 	if span == nil {
 		return ctx // a Tracer that breaks its contract: nothing to end later
 	}
-	return context.WithValue(ctx, key, span)
+	return context.WithValue(ctx, o.keys[kind], span)
 }
 
-// ownSpan returns the span kept under key in ctx: the one an Observer
-// started for this operation.
-func ownSpan(ctx context.Context, key any) (trace.Span, bool) {
-	span, ok := ctx.Value(key).(trace.Span)
+// ownSpan returns the span that o started for the operation of kind
+// that ctx belongs to, if any.
+func (o *Observer) ownSpan(ctx context.Context, kind spanKind) (trace.Span, bool) {
+	span, ok := ctx.Value(o.keys[kind]).(trace.Span)
 	return span, ok && span != nil
 }
 
 // endAcquireSpan ends the acquire span with the outcome, the wait and,
 // when granted, the token; a failure sets the error status.
 func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
-	span, ok := ownSpan(ctx, acquireSpanKey{})
+	span, ok := o.ownSpan(ctx, spanAcquire)
 	if !ok {
 		return
 	}
@@ -91,7 +100,7 @@ func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
 // endReleaseSpan ends the release span, with the error status when the
 // release failed.
 func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
-	span, ok := ownSpan(ctx, releaseSpanKey{})
+	span, ok := o.ownSpan(ctx, spanRelease)
 	if !ok {
 		return
 	}
@@ -102,7 +111,7 @@ func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
 // endWriteSpan ends the store write span with its outcome, and the error
 // status when the write was refused or failed.
 func (o *Observer) endWriteSpan(ctx context.Context, e fencedlock.Event) {
-	span, ok := ownSpan(ctx, writeSpanKey{})
+	span, ok := o.ownSpan(ctx, spanStorePut)
 	if !ok {
 		return
 	}
