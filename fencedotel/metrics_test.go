@@ -138,6 +138,7 @@ func TestMetricsAcquireOutcomes(t *testing.T) {
 	assert.Len(t, otAttrSets(t, acq), 4, "one data point per outcome")
 	_, waited := otHist(t, acq, otNotAcquired)
 	assert.GreaterOrEqual(t, waited, 0.030, "the Acquire that waited 30ms counts its wait")
+	assert.Less(t, waited, 5.0, "in seconds")
 	v, _ := otSum(t, ms[fencedotel.MetricLockHeld])
 	assert.Equal(t, int64(1), v, "only the holder holds a lock")
 	otNoResourceOrToken(t, ms)

@@ -44,7 +44,8 @@ func TestObserverNilAndZero(t *testing.T) {
 	}
 }
 
-// A Store's caller may pass a nil ctx: the span still starts and ends.
+// A Store's caller may pass a nil ctx: the span still starts and ends,
+// with the SDK's tracer and with a no-op one.
 func TestObserverNilCtx(t *testing.T) {
 	o := otNew(t)
 	//lint:ignore SA1012 a nil ctx is what this test is about
@@ -52,6 +53,14 @@ func TestObserverNilCtx(t *testing.T) {
 	require.NotNil(t, ctx)
 	o.obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "r", Token: 1, Outcome: fencedlock.OutcomeAccepted})
 	assert.Len(t, o.ended(fencedotel.SpanStorePut), 1)
+
+	noop, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(metricnoop.NewMeterProvider()), fencedotel.WithTracerProvider(tracenoop.NewTracerProvider()))
+	require.NoError(t, err)
+	for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreWriteEnd; kind++ {
+		//lint:ignore SA1012 a nil ctx is what this test is about
+		got := noop.Observe(nil, fencedlock.Event{Kind: kind, Resource: "r", Token: 1})
+		assert.NotNil(t, got, "%v", kind)
+	}
 }
 
 // Kinds it does not know, and a failed refresh, record nothing and

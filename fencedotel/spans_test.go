@@ -142,6 +142,21 @@ func TestSpansFailures(t *testing.T) {
 		assert.Equal(t, err.Error(), refused.Status().Description)
 		otAssertErrorEvent(t, refused, err)
 
+		// An Acquire that waits 30ms and gives up: the wait, in ms.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		_, err = l.Acquire(wctx, "failing", 10*time.Second)
+		cancel()
+		require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+		acqs = o.ended(fencedotel.SpanAcquire)
+		require.Len(t, acqs, 3)
+		waited := acqs[2]
+		otAssertAttr(t, waited, fencedotel.AttrOutcome, attribute.StringValue("not_acquired"))
+		assert.Equal(t, codes.Error, waited.Status().Code)
+		wait, ok := otAttr(waited, fencedotel.AttrWait)
+		require.True(t, ok, "no wait attribute")
+		assert.GreaterOrEqual(t, wait.AsFloat64(), 30.0, "waited 30ms at least")
+		assert.LessOrEqual(t, wait.AsFloat64(), float64(waited.EndTime().Sub(waited.StartTime()))/1e6, "within the span")
+
 		require.NoError(t, b.Client.Del(ctx, l.LockKey("failing")).Err())
 		err = holder.Release(ctx)
 		require.ErrorIs(t, err, fencedlock.ErrLockLost)
