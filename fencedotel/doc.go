@@ -65,6 +65,10 @@
 // when the token is at most math.MaxInt64, and its decimal string above
 // (no token shows as a negative number).
 //
+// The attributes are set once a span has started and only if it
+// records, so a sampler does not see them, and a span that is not
+// sampled, or a no-op tracer's, costs no more than starting it.
+//
 // An Observer ends only the spans it started itself: it keeps each in
 // the operation's ctx under a context key of its own, and an end event
 // whose ctx holds no span under its key ends nothing, whatever span of

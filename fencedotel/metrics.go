@@ -58,8 +58,21 @@ type instruments struct {
 
 	// byOutcome[o] records with fencedlock.outcome = o.String(), for the
 	// outcomes fencedlock defines; noAttrs, with no attribute.
-	byOutcome [outcomeCount]metric.MeasurementOption
-	noAttrs   metric.MeasurementOption
+	byOutcome [outcomeCount]measureOpts
+	noAttrs   measureOpts
+}
+
+// measureOpts are the options of one attribute set, as slices ready for
+// Record and Add: passing a slice made once spares an allocation per
+// measurement.
+type measureOpts struct {
+	record []metric.RecordOption
+	add    []metric.AddOption
+}
+
+func newMeasureOpts(set attribute.Set) measureOpts {
+	opt := metric.WithAttributeSet(set)
+	return measureOpts{record: []metric.RecordOption{opt}, add: []metric.AddOption{opt}}
 }
 
 // outcomeCount bounds the Outcome values whose attribute sets are made
@@ -103,29 +116,29 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		return in, wrap(MetricStoreWrites, err)
 	}
 	for o := range in.byOutcome {
-		in.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(fencedlock.Outcome(o).String())))
+		in.byOutcome[o] = newMeasureOpts(attribute.NewSet(AttrOutcome.String(fencedlock.Outcome(o).String())))
 	}
-	in.noAttrs = metric.WithAttributeSet(*attribute.EmptySet())
+	in.noAttrs = newMeasureOpts(*attribute.EmptySet())
 	return in, nil
 }
 
-// outcomeOpt returns the measurement option of outcome o, and of
+// outcomeOpts returns the measurement options of outcome o, and of
 // resource when withResource is on.
-func (in *instruments) outcomeOpt(o fencedlock.Outcome, resource string, withResource bool) metric.MeasurementOption {
+func (in *instruments) outcomeOpts(o fencedlock.Outcome, resource string, withResource bool) measureOpts {
 	if withResource {
-		return metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o.String()), AttrResource.String(resource)))
+		return newMeasureOpts(attribute.NewSet(AttrOutcome.String(o.String()), AttrResource.String(resource)))
 	}
 	if int(o) < len(in.byOutcome) {
 		return in.byOutcome[o]
 	}
-	return metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o.String())))
+	return newMeasureOpts(attribute.NewSet(AttrOutcome.String(o.String())))
 }
 
-// plainOpt returns the measurement option of a metric with no attribute
-// but the resource, when withResource is on.
-func (in *instruments) plainOpt(resource string, withResource bool) metric.MeasurementOption {
+// plainOpts returns the measurement options of a metric with no
+// attribute but the resource, when withResource is on.
+func (in *instruments) plainOpts(resource string, withResource bool) measureOpts {
 	if withResource {
-		return metric.WithAttributeSet(attribute.NewSet(AttrResource.String(resource)))
+		return newMeasureOpts(attribute.NewSet(AttrResource.String(resource)))
 	}
 	return in.noAttrs
 }
@@ -133,24 +146,24 @@ func (in *instruments) plainOpt(resource string, withResource bool) metric.Measu
 // acquireEnd records an EventAcquireEnd: its duration, and one more
 // lock held when it was granted.
 func (in *instruments) acquireEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
-	in.acquireDuration.Record(ctx, e.Duration.Seconds(), in.outcomeOpt(e.Outcome, e.Resource, withResource))
+	in.acquireDuration.Record(ctx, e.Duration.Seconds(), in.outcomeOpts(e.Outcome, e.Resource, withResource).record...)
 	if e.Outcome == fencedlock.OutcomeAcquired {
-		in.held.Add(ctx, 1, in.plainOpt(e.Resource, withResource))
+		in.held.Add(ctx, 1, in.plainOpts(e.Resource, withResource).add...)
 	}
 }
 
 // lockEnd records an EventLockEnd: one lock less held, how long it was
 // held, and whether it was lost.
 func (in *instruments) lockEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
-	opt := in.plainOpt(e.Resource, withResource)
-	in.held.Add(ctx, -1, opt)
-	in.holdDuration.Record(ctx, e.Duration.Seconds(), opt)
+	opts := in.plainOpts(e.Resource, withResource)
+	in.held.Add(ctx, -1, opts.add...)
+	in.holdDuration.Record(ctx, e.Duration.Seconds(), opts.record...)
 	if e.Outcome == fencedlock.OutcomeLost {
-		in.lost.Add(ctx, 1, opt)
+		in.lost.Add(ctx, 1, opts.add...)
 	}
 }
 
 // storeWriteEnd counts an EventStoreWriteEnd by its outcome.
 func (in *instruments) storeWriteEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
-	in.writes.Add(ctx, 1, in.outcomeOpt(e.Outcome, e.Resource, withResource))
+	in.writes.Add(ctx, 1, in.outcomeOpts(e.Outcome, e.Resource, withResource).add...)
 }

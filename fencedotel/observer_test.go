@@ -232,3 +232,31 @@ func TestObserverConcurrentUse(t *testing.T) {
 	assert.Len(t, o.ended(fencedotel.SpanStorePut), workers*rounds)
 	assert.Equal(t, len(o.spans.Started()), len(o.spans.Ended()), "spans started and never ended")
 }
+
+// Recording a metric without the resource attribute allocates nothing,
+// and a span that does not record (a no-op tracer's, or one not sampled)
+// costs what starting it costs: no attributes, no mark in ctx.
+func TestObserverAllocations(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	unsampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	defer unsampled.Shutdown(context.Background())
+	ctx := context.Background()
+	for name, tp := range map[string]trace.TracerProvider{"noop": tracenoop.NewTracerProvider(), "unsampled": unsampled} {
+		obs, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(mp), fencedotel.WithTracerProvider(tp))
+		require.NoError(t, err)
+		ends := testing.AllocsPerRun(100, func() {
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventAcquireEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeAcquired, Duration: time.Millisecond})
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventLockEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeLost, Duration: time.Millisecond})
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeStale, Duration: time.Millisecond})
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventReleaseEnd, Resource: "r", Token: 5})
+		})
+		assert.Zero(t, ends, "%s: allocations of four end events", name)
+		tracer := tp.Tracer("bare")
+		bare := testing.AllocsPerRun(100, func() { tracer.Start(ctx, "bare") })
+		start := testing.AllocsPerRun(100, func() {
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventAcquireStart, Resource: "r", TTL: time.Second})
+		})
+		assert.Equal(t, bare, start, "%s: allocations of a start event, against a bare tracer.Start", name)
+	}
+}

@@ -52,21 +52,27 @@ func newSpanKeys() spanKeys {
 }
 
 // startSpan starts the span of the operation e begins, a child of the
-// span in ctx if any, and returns ctx with the span, also under the
-// Observer's key for kind.
+// span in ctx if any, and returns ctx with the span. A span that records
+// gets its attributes, and is kept in ctx under the Observer's key for
+// kind too, to be ended by the end event; one that does not (a no-op
+// tracer, or not sampled) needs neither, which spares their cost.
 func (o *Observer) startSpan(ctx context.Context, kind spanKind, e fencedlock.Event) context.Context {
-	attrs := make([]attribute.KeyValue, 0, 3)
-	attrs = append(attrs, AttrResource.String(e.Resource))
+	ctx, span := o.tracer.Start(ctx, spanNames[kind])
+	if span == nil || !span.IsRecording() {
+		return ctx
+	}
+	var attrs [3]attribute.KeyValue
+	attrs[0] = AttrResource.String(e.Resource)
+	n := 1
 	if e.TTL > 0 {
-		attrs = append(attrs, AttrTTL.Int64(e.TTL.Milliseconds()))
+		attrs[n] = AttrTTL.Int64(e.TTL.Milliseconds())
+		n++
 	}
 	if e.Token != 0 {
-		attrs = append(attrs, tokenAttr(e.Token))
+		attrs[n] = tokenAttr(e.Token)
+		n++
 	}
-	ctx, span := o.tracer.Start(ctx, spanNames[kind], trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
-	if span == nil {
-		return ctx // a Tracer that breaks its contract: nothing to end later
-	}
+	span.SetAttributes(attrs[:n]...)
 	return context.WithValue(ctx, o.keys[kind], span)
 }
 
