@@ -58,7 +58,7 @@ func otNoResourceOrToken(t *testing.T, ms map[string]metricdata.Metrics) {
 	for name, m := range ms {
 		for _, set := range otAttrSets(t, m) {
 			for _, kv := range set.ToSlice() {
-				assert.Equal(t, fencedotel.AttrOutcome, kv.Key, "%s has the attribute %s=%s", name, kv.Key, kv.Value.Emit())
+				assert.Equal(t, fencedotel.AttrOutcome, kv.Key, "%s has the attribute %s=%s", name, kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -133,7 +133,7 @@ func TestMetricsAcquireOutcomes(t *testing.T) {
 		want    uint64
 	}{{otAcquired, 1}, {otNotAcquired, 2}, {otError, 1}, {otUnavailable, 1}} {
 		n, _ := otHist(t, acq, c.outcome)
-		assert.Equal(t, c.want, n, "acquires with %s", c.outcome.Value.Emit())
+		assert.Equal(t, c.want, n, "acquires with %s", c.outcome.Value.String())
 	}
 	assert.Len(t, otAttrSets(t, acq), 4, "one data point per outcome")
 	_, waited := otHist(t, acq, otNotAcquired)
@@ -206,8 +206,8 @@ func TestMetricsStoreWrites(t *testing.T) {
 		writes := otAssertInstrument(t, ms, fencedotel.MetricStoreWrites, "{write}", otCounter)
 		for _, outcome := range []attribute.KeyValue{otAccepted, otStale, otError} {
 			v, ok := otSum(t, writes, outcome)
-			assert.True(t, ok, "no data point for %s", outcome.Value.Emit())
-			assert.Equal(t, int64(1), v, "writes with %s", outcome.Value.Emit())
+			assert.True(t, ok, "no data point for %s", outcome.Value.String())
+			assert.Equal(t, int64(1), v, "writes with %s", outcome.Value.String())
 		}
 		assert.Len(t, otAttrSets(t, writes), 3)
 		otNoResourceOrToken(t, ms)
