@@ -21,11 +21,12 @@ const ScopeName = "github.com/fencedlock/fencedlock/fencedotel"
 // fencedlock.Observer.
 //
 // An Observer is safe for concurrent use, and one may serve any number
-// of Lockers and stores. It never blocks on its own: it records into the
-// instruments and starts and ends spans, which the OpenTelemetry SDK
-// does without waiting (unless a span processor that exports on the
-// caller's goroutine, such as the SDK's SimpleSpanProcessor, is
-// configured). A nil *Observer, or one not made by NewObserver, observes
+// of Lockers and stores: it is not changed after NewObserver. It takes
+// no lock of its own and does no I/O; it records into instruments and
+// starts and ends spans, which the OpenTelemetry SDK does without
+// waiting, unless a span processor that exports on the caller's
+// goroutine (the SDK's SimpleSpanProcessor) is configured: use a batch
+// processor. A nil *Observer, or one not made by NewObserver, observes
 // nothing.
 type Observer struct {
 	tracer trace.Tracer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -90,16 +91,14 @@ func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
 	if !ok {
 		return
 	}
-	if span.IsRecording() {
-		span.SetAttributes(
-			AttrOutcome.String(e.Outcome.String()),
-			AttrWait.Float64(float64(e.Duration)/1e6),
-		)
-		if e.Token != 0 {
-			span.SetAttributes(tokenAttr(e.Token))
-		}
-		setErr(span, e.Err)
+	span.SetAttributes(
+		AttrOutcome.String(e.Outcome.String()),
+		AttrWait.Float64(float64(e.Duration)/float64(time.Millisecond)),
+	)
+	if e.Token != 0 {
+		span.SetAttributes(tokenAttr(e.Token))
 	}
+	setErr(span, e.Err)
 	span.End()
 }
 
