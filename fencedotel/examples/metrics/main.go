@@ -3,8 +3,8 @@
 // Prometheus exporter.
 //
 // Four workers take turns on one lock, on an embedded miniredis, and each
-// writes to a fenced store under it. A fifth caller tries the lock while
-// it is held and is refused. Then a holder pauses past its TTL: a newer
+// writes to a fenced store under it; one TryAcquire while the lock is
+// held is refused. Then a holder pauses past its TTL: a newer
 // holder writes, the paused one's write is refused as stale, and its
 // Release finds the lock lost. The program then scrapes its own /metrics
 // once and prints the fencedlock_ lines (histogram buckets left out).
@@ -154,20 +154,22 @@ func serve(addr string, registry *prometheus.Registry) (string, func(), error) {
 }
 
 // contend runs the workers: each takes the lock rounds times with Do and
-// writes under it. Meanwhile one caller tries the lock once while a
-// worker holds it.
+// writes under it. While the first worker holds it the first time, it
+// tries the lock once more itself, and is refused: the lock is held.
 func contend(ctx context.Context, locker *fencedlock.Locker, store fencedlock.Store) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, workers+1)
-	held := make(chan struct{})
-	var once sync.Once
+	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < rounds; i++ {
 				err := locker.Do(ctx, resource, 5*time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
-					once.Do(func() { close(held) })
+					if w == 0 && i == 0 {
+						if err := tryHeld(ctx, locker); err != nil {
+							return err
+						}
+					}
 					time.Sleep(5 * time.Millisecond) // the work
 					return store.Put(ctx, resource, lock.Token(), []byte(fmt.Sprintf("report by worker %d", w)))
 				})
@@ -178,34 +180,26 @@ func contend(ctx context.Context, locker *fencedlock.Locker, store fencedlock.St
 			}
 		}()
 	}
-	// Another caller tries the lock while a worker holds it, once.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		<-held
-		lock, err := locker.TryAcquire(ctx, resource, 5*time.Second)
-		switch {
-		case errors.Is(err, fencedlock.ErrNotAcquired):
-		case err != nil:
-			errs <- fmt.Errorf("the impatient caller: %w", err)
-		default:
-			// The workers' Do calls wait in a queue, so the lock is
-			// always held or handed on; a free lock here is unexpected.
-			_ = lock.Release(ctx)
-			errs <- errors.New("the impatient caller got the lock the workers were sharing")
-		}
-	}()
 	wg.Wait()
 	close(errs)
-	return errors.Join(collect(errs)...)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
-func collect(errs <-chan error) []error {
-	var out []error
-	for err := range errs {
-		out = append(out, err)
+// tryHeld tries the lock, which the caller holds: Redis must refuse it.
+func tryHeld(ctx context.Context, locker *fencedlock.Locker) error {
+	lock, err := locker.TryAcquire(ctx, resource, 5*time.Second)
+	switch {
+	case errors.Is(err, fencedlock.ErrNotAcquired):
+		return nil
+	case err != nil:
+		return fmt.Errorf("trying the held lock: %w", err)
 	}
-	return out
+	_ = lock.Release(ctx)
+	return errors.New("a TryAcquire got the lock that a worker held")
 }
 
 // pauseAndLose has a holder pause past its TTL (miniredis's clock moves
