@@ -2,6 +2,8 @@ package fencedlock_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -45,6 +47,22 @@ func BenchmarkAcquireReleaseWithDeadline(b *testing.B) {
 	})
 }
 
+// BenchmarkAcquireReleaseObserved is BenchmarkAcquireRelease without an
+// observer, with one that does nothing, and with a logger that drops
+// every record (slog.LevelError): what WithObserver and WithLogger cost
+// on the uncontended path. (The fencedotel module benchmarks its own
+// Observer.)
+func BenchmarkAcquireReleaseObserved(b *testing.B) {
+	try := func(ctx context.Context, l *fencedlock.Locker) (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, "bench", 10*time.Second)
+	}
+	noop := fencedlock.ObserverFunc(func(ctx context.Context, _ fencedlock.Event) context.Context { return ctx })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	b.Run("none", func(b *testing.B) { benchCycleCtx(b, context.Background(), try) })
+	b.Run("noop", func(b *testing.B) { benchCycleCtx(b, context.Background(), try, fencedlock.WithObserver(noop)) })
+	b.Run("quiet-logger", func(b *testing.B) { benchCycleCtx(b, context.Background(), try, fencedlock.WithLogger(quiet)) })
+}
+
 // benchCycle measures acquire, then Release, on a free lock.
 func benchCycle(b *testing.B, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error)) {
 	benchCycleCtx(b, context.Background(), acquire)
@@ -54,9 +72,9 @@ func benchCycle(b *testing.B, acquire func(context.Context, *fencedlock.Locker) 
 // reports what Redis did per cycle: the commands it ran (scripts' inner
 // calls included) and its main thread's CPU time, from INFO before and
 // after the timed loop.
-func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error)) {
+func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error), opts ...fencedlock.Option) {
 	be := redistest.Real(b)
-	locker := fencedlock.New(be.Client, fencedlock.WithPrefix(be.Prefix))
+	locker := fencedlock.New(be.Client, append([]fencedlock.Option{fencedlock.WithPrefix(be.Prefix)}, opts...)...)
 	lock, err := acquire(ctx, locker) // loads the scripts
 	if err != nil {
 		b.Fatal(err)

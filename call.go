@@ -168,6 +168,7 @@ func (l *Locker) cleanUp(ctx context.Context, resource, what string, fn func(con
 	select {
 	case l.cleanups <- struct{}{}:
 	default:
+		l.warn("fencedlock: cleanup not started: too many running", resource, "cleanup", what, "running", maxCleanups)
 		return fmt.Errorf("%d cleanups are already running, so it was not started", maxCleanups)
 	}
 	var (
@@ -224,9 +225,15 @@ func cleanupErr(err error, what, harm string, cerr error) error {
 	return fmt.Errorf("%w (%s failed too, so %s: %v)", err, what, harm, cerr)
 }
 
-// WithLogger makes the Locker log to logger what happens where no caller
-// hears of it: at Warn, a background cleanup that failed after its call
-// returned. nil, the default, logs nothing.
+// WithLogger makes the Locker log to logger. nil, the default, logs
+// nothing.
+//
+// At Warn: a lock lost (with why), a heartbeat refresh that failed and
+// will be tried again, a cleanup (see the package documentation) that
+// failed after its call returned or was not started. At Debug: grants,
+// failed acquires, waits, releases and hand-overs. Attributes use these
+// keys: resource, token (decimal), ttl, wait, err; a cleanup's record
+// also names it (cleanup). Nothing written to a store is logged.
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) { l.logger = logger }
 }

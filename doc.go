@@ -144,6 +144,18 @@
 // runs out by the local clock. A call whose ctx was done before it sent
 // anything changes nothing.
 //
+// # Observing
+//
+// WithLogger logs through log/slog: at Warn what no caller hears of (a
+// lock found lost, a heartbeat refresh that failed and will be retried,
+// a failed cleanup), at Debug grants, waits, releases and hand-overs.
+// WithObserver reports the same events, and ObserveStore a store's
+// writes, to an Observer: the fencedotel module turns them into
+// OpenTelemetry metrics and spans. Neither costs anything when absent.
+// Locker.Inspect reads what Redis holds for a resource (holder, token,
+// TTL, waiting processes, counter): a snapshot for dashboards, never a
+// reason to write.
+//
 // # What is promised
 //
 // A fenced store never accepts a write for a resource with a token lower

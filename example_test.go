@@ -456,3 +456,89 @@ func ExampleLocker_IssueToken() {
 	// A's token request: true
 	// B's token is higher: true
 }
+
+// Inspect shows who holds a lock, for how long, and who waits: for
+// dashboards and debugging, never as a reason to write.
+func ExampleLocker_Inspect() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	locker := fencedlock.New(client)
+	lock, err := locker.TryAcquire(ctx, "report", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	info, err := locker.Inspect(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, by our token: %v, waiters: %d\n", info.Held, info.Token == lock.Token(), info.Waiters)
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	info, err = locker.Inspect(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("held: %v, counter at the last grant: %v\n", info.Held, info.Counter == lock.Token())
+	// Output:
+	// held: true, by our token: true, waiters: 0
+	// held: false, counter at the last grant: true
+}
+
+// An Observer sees what a Locker does, and ObserveStore what a store
+// accepts; here one counts outcomes.
+func ExampleWithObserver() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	counts := map[string]int{}
+	observer := fencedlock.ObserverFunc(func(ctx context.Context, e fencedlock.Event) context.Context {
+		if e.Outcome != fencedlock.OutcomeNone {
+			mu.Lock()
+			counts[e.Kind.String()+" "+e.Outcome.String()]++
+			mu.Unlock()
+		}
+		return ctx
+	})
+	locker := fencedlock.New(client, fencedlock.WithObserver(observer))
+	store := fencedlock.ObserveStore(fencedlock.NewMemoryStore(), observer)
+
+	old, err := locker.TryAcquire(ctx, "queue", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := old.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	lock, err := locker.TryAcquire(ctx, "queue", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store.Put(ctx, "queue", lock.Token(), []byte("new"))
+	_ = store.Put(ctx, "queue", old.Token(), []byte("late")) // refused: stale
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	for _, k := range []string{"acquire_end acquired", "lock_end released", "store_write_end accepted", "store_write_end stale"} {
+		fmt.Println(k, counts[k])
+	}
+	// Output:
+	// acquire_end acquired 2
+	// lock_end released 2
+	// store_write_end accepted 1
+	// store_write_end stale 1
+}

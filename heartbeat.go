@@ -141,6 +141,9 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		default:
 			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
+			if l := k.locker; l.watched() {
+				l.emit(ctx, Event{Kind: EventRefreshFailed, Resource: k.resource, Token: k.token, TTL: ttl, Err: err})
+			}
 		}
 	}
 }
@@ -158,8 +161,11 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 // lock.Token with every write.
 //
 // Do returns fn's error, or the error of acquiring the lock (fn does not
-// run then). An error from the final Release is not returned: the work is
-// done, and a lock that could not be released ends when its TTL runs out.
+// run then). When the lock was lost while fn ran and fn returns an error,
+// Do's error matches both ErrLockLost (with why it was lost) and fn's
+// error: errors.Is tells "lost the lock" from "the job failed". An error
+// from the final Release is not returned: the work is done, and a lock
+// that could not be released ends when its TTL runs out.
 func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, lock *Lock) error) error {
 	if fn == nil {
 		return invalidArg("nil fn")
@@ -182,5 +188,11 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		// has ended; a failure then is logged (see WithLogger).
 		_ = l.cleanUp(ctx, resource, "release after Do", lock.Release)
 	}()
-	return fn(fnCtx, lock)
+	err = fn(fnCtx, lock)
+	if err != nil {
+		if lost := lock.Err(); errors.Is(lost, ErrLockLost) && !errors.Is(err, ErrLockLost) {
+			err = fmt.Errorf("%w; %w", lost, err)
+		}
+	}
+	return err
 }

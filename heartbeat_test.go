@@ -3,6 +3,7 @@ package fencedlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -289,6 +290,21 @@ func TestDo(t *testing.T) {
 			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
 			v, _ := ltGetKey(t, b, l.LockKey("lost"))
 			assert.Equal(t, "thief:1", v, "Do's release touched the new owner's lock")
+		})
+
+		t.Run("a job that fails after the lock is lost", func(t *testing.T) {
+			const ttl = 600 * time.Millisecond
+			jobErr := errors.New("job interrupted")
+			err := l.Do(ctx, "lostjob", ttl, func(fctx context.Context, lock *fencedlock.Lock) error {
+				require.NoError(t, b.Client.Set(ctx, l.LockKey("lostjob"), "thief:1", time.Minute).Err())
+				<-fctx.Done()
+				// What a job typically returns: its own error, wrapping
+				// the ctx's plain error.
+				return fmt.Errorf("%w: %w", jobErr, fctx.Err())
+			})
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost, "Do's error must say the lock was lost")
+			assert.ErrorIs(t, err, jobErr, "and carry fn's error")
+			assert.ErrorIs(t, err, context.Canceled)
 		})
 
 		t.Run("releases when ctx is done", func(t *testing.T) {

@@ -47,6 +47,8 @@ type Lock struct {
 	stop      context.CancelFunc // stops the heartbeat, if one runs
 	kick      chan struct{}      // tells the heartbeat that the TTL changed
 	onEnd     func(error)        // called once when err is set
+	granted   time.Time          // local time before the grant was sent
+	announced bool               // the acquire's success was reported (see WithObserver): so is the end
 }
 
 // closedChan is the Done channel of Locks that ended before anyone asked.
@@ -109,6 +111,9 @@ func (k *Lock) Err() error {
 // heartbeat's rule, see certainFor) until sent+certainFor(ttl).
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
+	if k.granted.IsZero() {
+		k.granted = sent
+	}
 	if sent.After(k.base) {
 		k.retune(ttl)
 		k.base, k.until, k.uncertain = sent, sent.Add(certainFor(ttl)), false
@@ -156,12 +161,16 @@ func (k *Lock) endLocked(err error) (after func()) {
 		close(k.done)
 	}
 	stop, onEnd := k.stop, k.onEnd
+	report := k.announced
 	return func() {
 		if stop != nil {
 			stop()
 		}
 		if onEnd != nil {
 			onEnd(err)
+		}
+		if report {
+			k.reportEnd(err)
 		}
 	}
 }
@@ -267,6 +276,24 @@ func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err
 	}
+	if !k.locker.watched() {
+		return k.releaseLock(ctx)
+	}
+	k.mu.Lock()
+	announced := k.announced
+	k.mu.Unlock()
+	if !announced {
+		return k.releaseLock(ctx)
+	}
+	start := time.Now()
+	ctx = k.locker.emit(ctx, Event{Kind: EventReleaseStart, Resource: k.resource, Token: k.token})
+	err := k.releaseLock(ctx)
+	k.locker.emit(ctx, Event{Kind: EventReleaseEnd, Resource: k.resource, Token: k.token, Duration: time.Since(start), Err: err})
+	return err
+}
+
+// releaseLock is Release, unobserved.
+func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := ctxEnded(ctx); err != nil {
 		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
 	}
@@ -297,7 +324,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	held, owner, token, err := k.release(ctx, k.keyArgs[:keyMarker], "", "")
 	if owner != "" {
-		k.locker.handedOn(k.resource, owner, token)
+		k.handedOver(ctx, owner, token)
 	}
 	// The Lock ends in the same step as the Release stops running, so
 	// that a racing Refresh that found the key gone (see notHeld) sees
@@ -328,6 +355,16 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.mu.Unlock()
 	after()
 	return err
+}
+
+// handedOver delivers the grant that a release of k handed to owner with
+// token (see Locker.handedOn), and reports it.
+func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
+	l := k.locker
+	l.handedOn(k.resource, owner, token)
+	if l.watched() {
+		l.emit(ctx, Event{Kind: EventHandOver, Resource: k.resource, Token: token})
+	}
 }
 
 // release runs the release script: see lua/release.lua. It reports
@@ -369,7 +406,7 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 	}
 	_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
 	if owner != "" {
-		k.locker.handedOn(k.resource, owner, token)
+		k.handedOver(ctx, owner, token)
 	}
 	return err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/names"
 )
 
@@ -46,6 +47,7 @@ type Locker struct {
 	idle     time.Duration // set by WithIdleExpiry
 	idleArg  any           // idle in milliseconds, boxed once for the scripts
 	logger   *slog.Logger  // set by WithLogger
+	observer Observer      // set by WithObserver
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
 	mu     sync.Mutex             // guards the fields below
@@ -278,6 +280,17 @@ const (
 // locked until ttl runs out, with nobody holding it. See the package
 // documentation for the one case a marker does not cover.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	if l == nil || !l.watched() {
+		return l.tryAcquire(ctx, resource, ttl)
+	}
+	start := time.Now()
+	ctx = l.emit(ctx, Event{Kind: EventAcquireStart, Resource: resource, TTL: ttl})
+	lock, err := l.tryAcquire(ctx, resource, ttl)
+	l.acquireEnd(ctx, start, resource, ttl, lock, err)
+	return lock, err
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
 	}
@@ -424,4 +437,11 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 		return redisErr(ctx, "advance", name, err, key)
 	}
 	return nil
+}
+
+func init() {
+	link.Locker = func(v any) link.Internals {
+		l := v.(*Locker)
+		return link.Internals{Client: l.client, Key: l.key, Check: l.check}
+	}
 }

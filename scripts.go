@@ -36,6 +36,8 @@ var (
 	putLua string
 	//go:embed lua/issue.lua
 	issueLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
 )
 
 // Status values in the scripts' replies, named as in the scripts.
@@ -58,6 +60,7 @@ var (
 	pttlScript    = newScript(ownerLua + pttlLua)
 	putScript     = newScript(putLua)
 	issueScript   = newScript(idleLua + counterLua + issueLua)
+	inspectScript = newScript(inspectLua)
 )
 
 // script is one of the library's Lua scripts, with its source and SHA1

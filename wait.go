@@ -67,6 +67,17 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 // confirmed it, and a grant they do not confirm ends the wait with
 // ErrNotReplicated.
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if l == nil || !l.watched() {
+		return l.acquire(ctx, resource, ttl, opts)
+	}
+	start := time.Now()
+	ctx = l.emit(ctx, Event{Kind: EventAcquireStart, Resource: resource, TTL: ttl})
+	lock, err := l.acquire(ctx, resource, ttl, opts)
+	l.acquireEnd(ctx, start, resource, ttl, lock, err)
+	return lock, err
+}
+
+func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
 	}
@@ -262,6 +273,9 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		}
 		if granted {
 			return sent, nil
+		}
+		if refused.IsZero() {
+			l.logWaiting(ctx, q.resource, ttl)
 		}
 		refused = sent
 		l.refused(q, w, r)

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -103,7 +104,20 @@ func run() (err error) {
 
 	fmt.Printf("The order service at %s keeps %q in a fenced store.\n", api.url, resource)
 	fmt.Printf("Workers lock it on an embedded miniredis (TTL %v) and send the lock's token in the %s header.\n\n", ttl, fencehttp.Header)
-	s := story{locker: fencedlock.New(rdb), api: api, pause: mr.FastForward}
+	// The Locker logs with slog: at Warn, what goes wrong where no caller
+	// hears of it (a lock found lost, a failed heartbeat refresh); at
+	// Debug, every grant, wait, release and hand-over. Here Warn and
+	// above go to standard output, without the time.
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	s := story{locker: fencedlock.New(rdb, fencedlock.WithLogger(logger)), api: api, pause: mr.FastForward}
 	return s.tell(context.Background())
 }
 

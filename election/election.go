@@ -1,0 +1,523 @@
+package election
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/link"
+	"github.com/fencedlock/fencedlock/internal/names"
+)
+
+// DefaultTTL is the leader's lease when no WithTTL is given.
+const DefaultTTL = 15 * time.Second
+
+// MaxValueLen is the longest value a candidate may campaign with, in
+// bytes.
+const MaxValueLen = 4096
+
+// ErrNoLeader is Leader's error when the election has no leader.
+var ErrNoLeader = errors.New("election: no leader")
+
+const (
+	// recordLife is how long a leader record lives past its last
+	// extension: a record outlives its term, so that Leader and Observe
+	// read the value while the term lasts, and expires once the election
+	// has been idle.
+	recordLife = fencedlock.DefaultIdleExpiry
+	// resignTimeout bounds a resignation that Run makes after its ctx
+	// ended.
+	resignTimeout = time.Second
+	// Run's pause between failed campaigns grows from minRetry to
+	// maxRetry.
+	minRetry = 100 * time.Millisecond
+	maxRetry = 5 * time.Second
+)
+
+// keepEvery is how often a term extends its leader record; a variable for
+// tests.
+var keepEvery = time.Hour
+
+var (
+	//go:embed announce.lua
+	announceLua    string
+	announceScript = redis.NewScript(announceLua)
+	//go:embed leader.lua
+	leaderLua    string
+	leaderScript = redis.NewScript(leaderLua)
+	//go:embed keep.lua
+	keepLua    string
+	keepScript = redis.NewScript(keepLua)
+)
+
+// Election is one office, named in Redis, that candidates campaign for
+// through their Lockers. It is safe for concurrent use.
+type Election struct {
+	locker    *fencedlock.Locker
+	name      string
+	ttl       time.Duration
+	heartbeat time.Duration // 0: a third of ttl
+	err       error         // why the election cannot work, from New
+	client    redis.UniversalClient
+	lockKey   string
+	record    string
+	channel   string
+}
+
+// Option configures an Election in New.
+type Option func(*Election)
+
+// WithTTL sets the leader's lease: how long Redis keeps a term after the
+// leader's last successful heartbeat. A leader that cannot reach Redis
+// learns that its term ended before the lease runs out in Redis, so
+// before any other candidate can be elected. At least 3ms; the default is
+// DefaultTTL.
+func WithTTL(ttl time.Duration) Option {
+	return func(e *Election) { e.ttl = ttl }
+}
+
+// WithHeartbeat sets how often a leader renews its lease: at most half
+// the TTL. 0, the default, renews at a third of it.
+func WithHeartbeat(interval time.Duration) Option {
+	return func(e *Election) { e.heartbeat = interval }
+}
+
+// New returns the election named name (a resource name of locker:
+// candidates of one election use Lockers with the same prefix). It does
+// not contact Redis. A nil locker, a bad name or bad options make every
+// call return an error wrapping fencedlock.ErrInvalidArgument (Observe
+// returns a closed channel).
+func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
+	e := &Election{locker: locker, name: name, ttl: DefaultTTL}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(e)
+		}
+	}
+	e.err = e.validate()
+	if e.err == nil {
+		in := link.Locker(locker)
+		e.client = in.Client
+		e.lockKey = in.Key(name, "lock")
+		e.record = in.Key(name, "leader")
+		e.channel = in.Key(name, "leaders")
+	}
+	return e
+}
+
+func (e *Election) validate() error {
+	if e.locker == nil {
+		return invalid("nil Locker")
+	}
+	if err := link.Locker(e.locker).Check(e.name); err != nil {
+		return fmt.Errorf("election %s: %w", names.Quote(e.name), err)
+	}
+	if e.ttl < 3*time.Millisecond {
+		return invalid("TTL %v is below 3ms", e.ttl)
+	}
+	if e.heartbeat < 0 || e.heartbeat > e.ttl/2 {
+		return invalid("heartbeat %v is not between 0 and half the TTL %v", e.heartbeat, e.ttl)
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: election: %s", fencedlock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+func (e *Election) ready() error {
+	if e == nil {
+		return invalid("nil Election")
+	}
+	return e.err
+}
+
+func checkValue(value string) error {
+	if len(value) > MaxValueLen {
+		return invalid("value of %d bytes, longer than %d", len(value), MaxValueLen)
+	}
+	return nil
+}
+
+// Term is one leader's time in office. Its token fences every write the
+// leader makes: pass Token with each one to a fenced store, which refuses
+// the writes of a term that ended once a later one has written.
+type Term struct {
+	e     *Election
+	lock  *fencedlock.Lock
+	value string
+}
+
+// Token returns the term's fencing token, higher than every earlier
+// term's.
+func (t *Term) Token() fencedlock.Token {
+	if t == nil {
+		return 0
+	}
+	return t.lock.Token()
+}
+
+// Value returns the value the leader campaigned with.
+func (t *Term) Value() string {
+	if t == nil {
+		return ""
+	}
+	return t.value
+}
+
+// Done returns a channel closed when the term ends: resigned, lost, or
+// its heartbeat gave up.
+func (t *Term) Done() <-chan struct{} {
+	if t == nil {
+		return (*fencedlock.Lock)(nil).Done()
+	}
+	return t.lock.Done()
+}
+
+// Err returns nil while the term lasts; then fencedlock.ErrReleased after
+// Resign, or an error matching fencedlock.ErrLockLost (with why) when the
+// term was lost.
+func (t *Term) Err() error {
+	if t == nil {
+		return invalid("nil Term")
+	}
+	return t.lock.Err()
+}
+
+// Resign ends the term and lets the next candidate in line be elected at
+// once. It returns nil when it ended the term, an error matching
+// fencedlock.ErrLockLost when the term had already ended by loss, one
+// matching ErrReleased when it was resigned before, and one matching
+// fencedlock.ErrUnavailable when Redis did not answer: the term then ends
+// when its lease runs out, and Resign may be called again.
+func (t *Term) Resign(ctx context.Context) error {
+	if t == nil {
+		return invalid("nil Term")
+	}
+	return t.lock.Release(ctx)
+}
+
+// keep extends the term's leader record every keepEvery while the term
+// lasts, so that the record outlives it by recordLife.
+func (t *Term) keep() {
+	tick := time.NewTicker(keepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.lock.Done():
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), t.e.ttl)
+			_ = keepScript.Run(ctx, t.e.client, []string{t.e.record}, t.Token().String(), recordLife.Milliseconds()).Err()
+			cancel()
+		}
+	}
+}
+
+// Campaign waits, first come first served, until this candidate is
+// elected with value, or ctx ends. Elected, it returns the Term, which
+// its heartbeat keeps until Resign or loss; Leader and Observe then
+// report value with the term's token.
+//
+// When ctx ends first, the error wraps ctx's error (and
+// fencedlock.ErrNotAcquired), and the campaign leaves no trace: it is
+// never elected later. When Redis cannot be reached the error wraps
+// fencedlock.ErrUnavailable. A value longer than MaxValueLen is an error
+// wrapping fencedlock.ErrInvalidArgument.
+func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	if err := e.ready(); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	lock, err := e.locker.Acquire(ctx, e.name, e.ttl, fencedlock.WithHeartbeat(e.heartbeat))
+	if err != nil {
+		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
+	}
+	announced, err := call(ctx, func(ctx context.Context) (int, error) {
+		return announceScript.Run(ctx, e.client, []string{e.lockKey, e.record},
+			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int()
+	})
+	if err == nil && announced == 1 {
+		t := &Term{e: e, lock: lock, value: value}
+		go t.keep()
+		return t, nil
+	}
+	// Not announced: the term ends here, and the next candidate is
+	// elected.
+	if err == nil {
+		err = fmt.Errorf("%w: the term ended before it was announced", fencedlock.ErrLockLost)
+	} else {
+		err = redisErr("announcing the leader", err)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+	defer cancel()
+	if rerr := lock.Release(rctx); rerr != nil && !errors.Is(rerr, fencedlock.ErrLockLost) {
+		err = fmt.Errorf("%w (and resigning failed, so the term ends with its lease: %v)", err, rerr)
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", err, cerr)
+	}
+	return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
+}
+
+// Leader is an elected candidate: the value it campaigned with and its
+// term's token.
+type Leader struct {
+	Value string
+	Token fencedlock.Token
+}
+
+// Leader returns the current leader, in one read-only round trip, or an
+// error wrapping ErrNoLeader when the office is vacant (or a new leader's
+// Campaign has not yet returned). It is a snapshot: the leader may change
+// right after.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.ready(); err != nil {
+		return Leader{}, err
+	}
+	res, err := call(ctx, func(ctx context.Context) ([]any, error) {
+		return leaderScript.Run(ctx, e.client, []string{e.lockKey, e.record}).Slice()
+	})
+	if err != nil {
+		return Leader{}, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr("reading the leader", err))
+	}
+	if len(res) != 2 {
+		return Leader{}, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
+	}
+	held, _ := res[0].(string)
+	record, _ := res[1].(string)
+	i := strings.LastIndexByte(held, ':')
+	if held == "" || i < 0 {
+		return Leader{}, fmt.Errorf("%w: election %s", ErrNoLeader, names.Quote(e.name))
+	}
+	l, ok := parseRecord(record)
+	if !ok || l.Token.String() != held[i+1:] {
+		return Leader{}, fmt.Errorf("%w: election %s: a new term has not been announced yet", ErrNoLeader, names.Quote(e.name))
+	}
+	return l, nil
+}
+
+// parseRecord splits a leader record or message, "<token>:<value>".
+func parseRecord(s string) (Leader, bool) {
+	tok, value, ok := strings.Cut(s, ":")
+	if !ok {
+		return Leader{}, false
+	}
+	n, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || n == 0 {
+		return Leader{}, false
+	}
+	return Leader{Value: value, Token: fencedlock.Token(n)}, true
+}
+
+// Observe returns a channel that delivers the current leader first, if
+// there is one, then each new leader in order of election, woken by
+// Redis pub/sub rather than by polling; it is closed when ctx ends (or at
+// once for an Election that New found invalid). Receive from it promptly:
+// a leader not yet received when a later one is elected is skipped. After
+// a lost connection the subscription is made again and the current
+// leader read again, so a leader elected meanwhile is not missed, though
+// one whose term began and ended meanwhile may be.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader)
+	if e.ready() != nil {
+		close(out)
+		return out
+	}
+	ps := e.client.Subscribe(ctx, e.channel)
+	go func() {
+		defer close(out)
+		defer ps.Close()
+		var last fencedlock.Token
+		pending := Leader{}
+		msgs := ps.ChannelWithSubscriptions()
+		for {
+			// Offer the newest leader not yet delivered, while listening.
+			var send chan Leader
+			if pending.Token > last {
+				send = out
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case send <- pending:
+				last = pending.Token
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				switch m := m.(type) {
+				case *redis.Subscription:
+					// Subscribed (again): read who leads now.
+					if m.Kind == "subscribe" {
+						if l, ok := e.current(ctx); ok && l.Token > pending.Token {
+							pending = l
+						}
+					}
+				case *redis.Message:
+					if l, ok := parseRecord(m.Payload); ok && l.Token > pending.Token {
+						pending = l
+					}
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// current reads the leader for Observe, trying again while Redis cannot
+// answer, until ctx ends.
+func (e *Election) current(ctx context.Context) (Leader, bool) {
+	wait := minRetry
+	for {
+		l, err := e.Leader(ctx)
+		if err == nil {
+			return l, true
+		}
+		if errors.Is(err, ErrNoLeader) {
+			return Leader{}, false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Leader{}, false
+		case <-t.C:
+		}
+		wait = min(2*wait, maxRetry)
+	}
+}
+
+// Run campaigns with value and, while elected, runs fn with the term and
+// a ctx that is cancelled when the term ends, with a cause matching
+// fencedlock.ErrLockLost when it was lost (read it with context.Cause).
+// fn must stop when it is: the term's token keeps a fenced store safe
+// from its late writes, but nothing else is. When fn returns, Run resigns
+// if still leader and campaigns again. It returns when ctx ends, with
+// ctx's error, or when fn returns an error while its term lasts, with that
+// error (after resigning). An fn that returns because its term ended
+// does not stop Run: it campaigns again. So does an fn whose error
+// matches fencedlock.ErrStaleToken: a store holds a later term's write,
+// so this term is over even if its heartbeat has not yet found out. A campaign that fails because
+// Redis cannot be reached is tried again, after a pause that grows to 5s.
+func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
+	if err := e.ready(); err != nil {
+		return err
+	}
+	if fn == nil {
+		return invalid("nil fn")
+	}
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	wait := minRetry
+	for {
+		term, err := e.Campaign(ctx, value)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if !errors.Is(err, fencedlock.ErrUnavailable) && !errors.Is(err, fencedlock.ErrLockLost) && !errors.Is(err, fencedlock.ErrNotReplicated) {
+				return err
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			wait = min(2*wait, maxRetry)
+			continue
+		}
+		wait = minRetry
+		if err := e.serve(ctx, term, fn); err != nil {
+			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+	}
+}
+
+// serve runs fn for term, then resigns if the term lasts. It returns fn's
+// error when fn failed while the term lasted.
+func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (err error) {
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	returned := make(chan struct{})
+	go func() {
+		select {
+		case <-term.Done():
+			cancel(term.Err())
+		case <-returned:
+		}
+	}()
+	defer func() {
+		close(returned)
+		cancel(context.Canceled)
+		if term.Err() != nil {
+			return // ended: lost, or its heartbeat gave up
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+		defer rcancel()
+		_ = term.Resign(rctx) // failing, the term ends with its lease
+	}()
+	ferr := fn(fnCtx, term)
+	switch {
+	case ferr == nil, term.Err() != nil, ctx.Err() != nil:
+		return nil
+	case errors.Is(ferr, fencedlock.ErrStaleToken):
+		// A store holds a later term's write: this term is over, though
+		// its heartbeat may not know yet.
+		return nil
+	}
+	return ferr
+}
+
+// call runs f, one round trip to Redis, and returns by the time ctx ends,
+// whatever the client does: go-redis does not stop waiting for a reply
+// when ctx is cancelled. f goes on in its goroutine until the client's
+// own timeouts end it.
+func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if ctx.Done() == nil {
+		return f(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// redisErr is the error of a failed round trip: fencedlock.ErrCorrupt
+// when a key holds a value of another type, else
+// fencedlock.ErrUnavailable, with the cause.
+func redisErr(what string, err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %s: %w", fencedlock.ErrCorrupt, what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", fencedlock.ErrUnavailable, what, err)
+}

@@ -1,0 +1,442 @@
+package election_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/election"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	redistest.Main(m)
+}
+
+// childEnv, when set to "<redis address> <key prefix>", makes the test
+// binary a leader process for TestStoppedLeadersLateWriteIsRefused.
+const childEnv = "ELECTION_TEST_CHILD"
+
+// runChild campaigns in the election "stopped", prints "elected <token>",
+// then, for each "write" line on stdin, writes to the store with its
+// term's token and prints "accepted", "stale" or the error.
+func runChild(spec string) int {
+	addr, prefix, _ := strings.Cut(spec, " ")
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx := context.Background()
+	e := election.New(fencedlock.New(client, fencedlock.WithPrefix(prefix)), "stopped", election.WithTTL(500*time.Millisecond))
+	term, err := e.Campaign(ctx, "child")
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("elected", term.Token())
+	store := fencedlock.NewRedisStore(client, fencedlock.WithStorePrefix(prefix))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		err := store.Put(ctx, "job", term.Token(), []byte("child"))
+		switch {
+		case err == nil:
+			fmt.Println("accepted")
+		case errors.Is(err, fencedlock.ErrStaleToken):
+			fmt.Println("stale")
+		default:
+			fmt.Println("error", err)
+		}
+	}
+	return 0
+}
+
+func elCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func elLocker(b *redistest.Backend) *fencedlock.Locker {
+	return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+}
+
+// elCampaign starts Campaign in a goroutine.
+func elCampaign(ctx context.Context, e *election.Election, value string) <-chan elResult {
+	done := make(chan elResult, 1)
+	go func() {
+		term, err := e.Campaign(ctx, value)
+		done <- elResult{term, err, time.Now()}
+	}()
+	return done
+}
+
+type elResult struct {
+	term *election.Term
+	err  error
+	at   time.Time
+}
+
+func elAwait(t *testing.T, done <-chan elResult) elResult {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("campaign still waiting after 10s")
+		return elResult{}
+	}
+}
+
+func elRequireWaiting(t *testing.T, done <-chan elResult) {
+	t.Helper()
+	select {
+	case r := <-done:
+		t.Fatalf("campaign returned %v, %v; want it still waiting", r.term, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// elNoGoroutinesLeft fails t if goroutines of the library or go-redis
+// subscriptions still run a second after the test's terms ended.
+func elNoGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	ours := func() []string {
+		buf := make([]byte, 1<<22)
+		var found []string
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "fencedlock/election.") || strings.Contains(g, "go-redis/v9.(*channel)") {
+				found = append(found, g)
+			}
+		}
+		return found
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(ours()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := ours(); len(left) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// The first candidate is elected; the next waits, and is elected as soon
+// as the leader resigns, with a higher token; Leader follows.
+func TestCampaignResignAndLeader(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		a := election.New(elLocker(b), "office", election.WithTTL(10*time.Second))
+		bb := election.New(elLocker(b), "office", election.WithTTL(10*time.Second))
+
+		_, err := a.Leader(ctx)
+		require.ErrorIs(t, err, election.ErrNoLeader)
+
+		first, err := a.Campaign(ctx, "a")
+		require.NoError(t, err)
+		assert.Equal(t, "a", first.Value())
+		assert.NoError(t, first.Err())
+		leader, err := bb.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, election.Leader{Value: "a", Token: first.Token()}, leader)
+
+		next := elCampaign(ctx, bb, "b")
+		elRequireWaiting(t, next)
+		resigned := time.Now()
+		require.NoError(t, first.Resign(ctx))
+		r := elAwait(t, next)
+		require.NoError(t, r.err)
+		// The release wakes the next candidate: no timer is involved
+		// (the fallback timer of a waiter is 1s or more).
+		assert.Less(t, r.at.Sub(resigned), 500*time.Millisecond, "the next candidate was not elected promptly")
+		second := r.term
+		assert.Greater(t, second.Token(), first.Token())
+		assert.ErrorIs(t, first.Err(), fencedlock.ErrReleased)
+		select {
+		case <-first.Done():
+		default:
+			t.Error("Done not closed after Resign")
+		}
+		assert.ErrorIs(t, first.Resign(ctx), fencedlock.ErrReleased, "a second Resign")
+
+		leader, err = a.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, election.Leader{Value: "b", Token: second.Token()}, leader)
+		require.NoError(t, second.Resign(ctx))
+		_, err = a.Leader(ctx)
+		require.ErrorIs(t, err, election.ErrNoLeader)
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// Observe delivers the current leader first, then each new leader in
+// order of election, and closes when its ctx ends.
+func TestObserveInOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		e := election.New(elLocker(b), "observed")
+		first, err := e.Campaign(ctx, "first")
+		require.NoError(t, err)
+
+		octx, cancel := context.WithCancel(ctx)
+		seen := e.Observe(octx)
+		got := func() election.Leader {
+			t.Helper()
+			select {
+			case l := <-seen:
+				return l
+			case <-time.After(5 * time.Second):
+				t.Fatal("Observe delivered nothing within 5s")
+				return election.Leader{}
+			}
+		}
+		assert.Equal(t, election.Leader{Value: "first", Token: first.Token()}, got(), "the current leader first")
+
+		prev := first
+		for _, v := range []string{"second", "third"} {
+			require.NoError(t, prev.Resign(ctx))
+			term, err := e.Campaign(ctx, v)
+			require.NoError(t, err)
+			assert.Equal(t, election.Leader{Value: v, Token: term.Token()}, got())
+			prev = term
+		}
+		require.NoError(t, prev.Resign(ctx))
+		cancel()
+		select {
+		case _, open := <-seen:
+			assert.False(t, open, "a leader delivered after ctx ended")
+		case <-time.After(5 * time.Second):
+			t.Fatal("Observe's channel not closed after ctx ended")
+		}
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// A campaign whose ctx ends while it waits returns ctx's error and is
+// never elected: when the leader resigns, the office stays vacant.
+func TestCancelledCampaignIsNeverElected(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		l := elLocker(b)
+		e := election.New(l, "cancelled")
+		leader, err := e.Campaign(ctx, "leader")
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		waiting := elCampaign(cctx, election.New(elLocker(b), "cancelled"), "quitter")
+		elRequireWaiting(t, waiting)
+		cancel()
+		r := elAwait(t, waiting)
+		require.ErrorIs(t, r.err, context.Canceled)
+		require.Nil(t, r.term)
+		require.NoError(t, leader.Resign(ctx))
+		// Give a late grant every chance to appear.
+		time.Sleep(100 * time.Millisecond)
+		_, err = e.Leader(ctx)
+		assert.ErrorIs(t, err, election.ErrNoLeader)
+		info, err := l.Inspect(ctx, "cancelled")
+		require.NoError(t, err)
+		assert.False(t, info.Held, "the office was handed to a cancelled campaign")
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// A leader cut off from Redis learns that its term ended before the next
+// candidate is elected, and a fenced store refuses its late write.
+func TestLeaderCutOffEndsBeforeTheSuccessor(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := elCtx(t)
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	cut := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer cut.Close()
+	const ttl = 600 * time.Millisecond
+	old := election.New(fencedlock.New(cut, fencedlock.WithPrefix(b.Prefix)), "cutoff", election.WithTTL(ttl))
+	successor := election.New(elLocker(b), "cutoff", election.WithTTL(ttl))
+	store := fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix))
+
+	term, err := old.Campaign(ctx, "old")
+	require.NoError(t, err)
+	require.NoError(t, store.Put(ctx, "job", term.Token(), []byte("old 1")))
+	next := elCampaign(ctx, successor, "new")
+	elRequireWaiting(t, next)
+
+	p.Pause() // the leader's heartbeats stall
+	var ended time.Time
+	select {
+	case <-term.Done():
+		ended = time.Now()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut-off leader's term did not end")
+	}
+	assert.ErrorIs(t, term.Err(), fencedlock.ErrLockLost)
+	r := elAwait(t, next)
+	require.NoError(t, r.err)
+	assert.True(t, ended.Before(r.at), "the old term ended at %v, after the successor was elected at %v", ended, r.at)
+	t.Logf("the old term ended %v before the successor was elected", r.at.Sub(ended))
+	require.NoError(t, store.Put(ctx, "job", r.term.Token(), []byte("new 1")))
+
+	p.Resume()
+	err = store.Put(ctx, "job", term.Token(), []byte("old 2"))
+	var stale *fencedlock.StaleTokenError
+	require.ErrorAs(t, err, &stale, "the old leader's late write was accepted")
+	v, _, err := store.Get(ctx, "job")
+	require.NoError(t, err)
+	assert.Equal(t, "new 1", string(v))
+	require.NoError(t, r.term.Resign(ctx))
+	elNoGoroutinesLeft(t)
+}
+
+// Three candidates on Run: terms never overlap, tokens rise, the office
+// passes between them, and Run returns ctx's error when ctx ends.
+func TestRunThreeCandidates(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var (
+			mu      sync.Mutex
+			active  int
+			overlap bool
+			tokens  []fencedlock.Token
+			served  = map[string]int{}
+			wg      sync.WaitGroup
+			results = make(chan error, 3)
+		)
+		for i := 0; i < 3; i++ {
+			name := fmt.Sprintf("candidate-%d", i)
+			e := election.New(elLocker(b), "run", election.WithTTL(time.Second))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- e.Run(rctx, name, func(ctx context.Context, term *election.Term) error {
+					mu.Lock()
+					active++
+					overlap = overlap || active > 1
+					tokens = append(tokens, term.Token())
+					served[name]++
+					n := len(tokens)
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
+					mu.Lock()
+					active--
+					mu.Unlock()
+					if n >= 30 {
+						cancel()
+					}
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		close(results)
+		for err := range results {
+			assert.ErrorIs(t, err, context.Canceled)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.False(t, overlap, "two terms ran fn at once")
+		for i := 1; i < len(tokens); i++ {
+			assert.Greater(t, tokens[i], tokens[i-1], "term %d's token", i)
+		}
+		assert.GreaterOrEqual(t, len(served), 2, "the office never passed between candidates: %v", served)
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// Run returns fn's error when fn fails while its term lasts, after
+// resigning; it campaigns again when fn returns because its term was
+// lost, with the cause matching ErrLockLost.
+func TestRunErrors(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		l := elLocker(b)
+		e := election.New(l, "runerr", election.WithTTL(600*time.Millisecond))
+		boom := errors.New("boom")
+		err := e.Run(ctx, "x", func(context.Context, *election.Term) error { return boom })
+		require.Equal(t, boom, err)
+		_, err = e.Leader(ctx)
+		require.ErrorIs(t, err, election.ErrNoLeader, "Run did not resign")
+
+		var calls int32
+		var cause error
+		err = e.Run(ctx, "y", func(fctx context.Context, term *election.Term) error {
+			if atomic.AddInt32(&calls, 1) == 1 {
+				// Another owner takes the key: the heartbeat finds the
+				// term lost.
+				require.NoError(t, b.Client.Set(ctx, l.LockKey("runerr"), "thief:1", 200*time.Millisecond).Err())
+				<-fctx.Done()
+				cause = context.Cause(fctx)
+				// The thief goes (miniredis does not expire keys).
+				require.NoError(t, b.Client.Del(ctx, l.LockKey("runerr")).Err())
+				return fctx.Err()
+			}
+			return boom
+		})
+		require.Equal(t, boom, err, "Run stopped at the lost term")
+		assert.EqualValues(t, 2, atomic.LoadInt32(&calls))
+		assert.ErrorIs(t, cause, fencedlock.ErrLockLost)
+
+		// A stale write says that a later term wrote: Run campaigns
+		// again rather than returning it.
+		atomic.StoreInt32(&calls, 0)
+		err = e.Run(ctx, "z", func(context.Context, *election.Term) error {
+			if atomic.AddInt32(&calls, 1) == 1 {
+				return fmt.Errorf("writing the report: %w", fencedlock.ErrStaleToken)
+			}
+			return boom
+		})
+		require.Equal(t, boom, err, "Run stopped at a stale write")
+		assert.EqualValues(t, 2, atomic.LoadInt32(&calls))
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// Bad input is ErrInvalidArgument from every call.
+func TestBadInput(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := elCtx(t)
+	l := elLocker(b)
+	for name, e := range map[string]*election.Election{
+		"nil locker":     election.New(nil, "x"),
+		"empty name":     election.New(l, ""),
+		"short TTL":      election.New(l, "x", election.WithTTL(time.Millisecond)),
+		"negative TTL":   election.New(l, "x", election.WithTTL(-time.Second)),
+		"long heartbeat": election.New(l, "x", election.WithTTL(time.Second), election.WithHeartbeat(600*time.Millisecond)),
+		"negative beat":  election.New(l, "x", election.WithHeartbeat(-1)),
+		"nil election":   nil,
+	} {
+		_, err := e.Campaign(ctx, "v")
+		assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "%s: Campaign", name)
+		_, err = e.Leader(ctx)
+		assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "%s: Leader", name)
+		err = e.Run(ctx, "v", func(context.Context, *election.Term) error { return nil })
+		assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "%s: Run", name)
+		_, open := <-e.Observe(ctx)
+		assert.False(t, open, "%s: Observe's channel open", name)
+	}
+	e := election.New(l, "x")
+	_, err := e.Campaign(ctx, strings.Repeat("v", election.MaxValueLen+1))
+	assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+	assert.ErrorIs(t, e.Run(ctx, "v", nil), fencedlock.ErrInvalidArgument)
+	var term *election.Term
+	assert.ErrorIs(t, term.Resign(ctx), fencedlock.ErrInvalidArgument)
+	assert.ErrorIs(t, term.Err(), fencedlock.ErrInvalidArgument)
+	assert.Zero(t, term.Token())
+	select {
+	case <-term.Done():
+	default:
+		t.Error("a nil Term's Done is open")
+	}
+}

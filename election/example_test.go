@@ -1,0 +1,71 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/election"
+)
+
+// Two candidates: the first is elected, the second waits; when the first
+// resigns, the second is elected with a higher token, and the store
+// refuses the first's late write.
+func Example() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	store := fencedlock.NewRedisStore(client)
+
+	e := election.New(fencedlock.New(client), "scheduler", election.WithTTL(10*time.Second))
+	first, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	leader, err := e.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", leader.Value)
+
+	elected := make(chan *election.Term)
+	go func() {
+		term, err := e.Campaign(ctx, "host-b") // waits for host-a
+		if err != nil {
+			log.Fatal(err)
+		}
+		elected <- term
+	}()
+	if err := store.Put(ctx, "plan", first.Token(), []byte("plan by host-a")); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // host-b queues
+	if err := first.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	second := <-elected
+	fmt.Println("next leader:", second.Value(), "with a higher token:", second.Token() > first.Token())
+	if err := store.Put(ctx, "plan", second.Token(), []byte("plan by host-b")); err != nil {
+		log.Fatal(err)
+	}
+	err = store.Put(ctx, "plan", first.Token(), []byte("late plan by host-a"))
+	fmt.Println("host-a's late write refused:", errors.Is(err, fencedlock.ErrStaleToken))
+	if err := second.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// leader: host-a
+	// next leader: host-b with a higher token: true
+	// host-a's late write refused: true
+}

@@ -1,0 +1,90 @@
+// Package fencedotel provides an OpenTelemetry [fencedlock.Observer]:
+// metrics and spans for the locks of a [fencedlock.Locker] and the writes
+// to the stores that [fencedlock.ObserveStore] wraps.
+//
+// It is a module of its own, so that the fencedlock module does not
+// require OpenTelemetry. Create one [Observer] and give it to every
+// Locker and store of the process:
+//
+//	obs, err := fencedotel.NewObserver() // the global providers
+//	if err != nil { ... }
+//	locker := fencedlock.New(client, fencedlock.WithObserver(obs))
+//	store := fencedlock.ObserveStore(fencedlock.NewRedisStore(client), obs)
+//
+// # Metrics
+//
+// Their names, units and attributes are stable:
+//
+//	name                            instrument                unit     attributes
+//	fencedlock.acquire.duration     float64 histogram         s        fencedlock.outcome
+//	fencedlock.lock.held            int64 up-down counter     {lock}
+//	fencedlock.lock.hold.duration   float64 histogram         s
+//	fencedlock.lock.lost            int64 counter             {lock}
+//	fencedlock.store.writes         int64 counter             {write}  fencedlock.outcome
+//
+// What each measures:
+//
+//   - fencedlock.acquire.duration is the time from a call to TryAcquire,
+//     Acquire or Do to its return, waiting included. Its
+//     fencedlock.outcome is acquired, not_acquired (the lock was held, or
+//     ctx ended while waiting), unavailable (Redis could not be reached
+//     or did not answer) or error.
+//   - fencedlock.lock.held goes up by one when a lock is granted and down
+//     by one when it ends, released or lost: the locks held now.
+//   - fencedlock.lock.hold.duration is the time from a grant to the
+//     lock's end.
+//   - fencedlock.lock.lost counts the locks that ended lost (a heartbeat
+//     or a release found them expired or taken, or the lease ran out).
+//   - fencedlock.store.writes counts the Puts to observed stores: accepted,
+//     stale (a newer token had written: the writer had lost its lock) or
+//     error.
+//
+// A histogram's buckets are advised for seconds, from half a millisecond
+// to a minute for acquires and to an hour for holds; a View can change
+// them. By default no metric attribute carries a resource's name or a
+// token, so the number of time series stays bounded whatever the
+// resources are called. [WithResourceAttribute] adds fencedlock.resource
+// to every metric, for a process with a few resources of fixed names.
+//
+// # Spans
+//
+//   - fencedlock.acquire covers TryAcquire or Acquire (Do's acquire
+//     included), the wait too. Attributes: fencedlock.resource,
+//     fencedlock.ttl_ms, fencedlock.outcome, fencedlock.wait_ms (the
+//     wait, a float64 in milliseconds), and fencedlock.token once granted.
+//   - fencedlock.release covers Release. Attributes: fencedlock.resource,
+//     fencedlock.token.
+//   - fencedlock.store.put covers a Put to an observed store. Attributes:
+//     fencedlock.resource, fencedlock.token, fencedlock.outcome.
+//
+// A span whose operation failed (not acquired, unavailable, lost, stale,
+// any error) has the status Error and the error recorded as an event.
+// Each span is a child of the span in the caller's ctx, and the Redis
+// commands its operation sends get the span in their ctx, so a go-redis
+// tracing hook makes them its children. fencedlock.token is an int64
+// when the token is at most math.MaxInt64, and its decimal string above
+// (no token shows as a negative number).
+//
+// The attributes are set once a span has started and only if it
+// records, so a sampler does not see them, and a span that is not
+// sampled, or a no-op tracer's, costs no more than starting it.
+//
+// An Observer ends only the spans it started itself: it keeps each in
+// the operation's ctx under a context key of its own, and an end event
+// whose ctx holds no span under its key ends nothing, whatever span of
+// the caller's (or of another Observer's) the ctx holds.
+//
+// A release that hands the lock to a waiter adds the span event
+// fencedlock.hand_over, with the new holder's fencedlock.token, to the
+// span in its ctx while that span records: the release's own span (or,
+// when a waiter giving up hands on a lock granted to it meanwhile, its
+// acquire span, if not ended yet).
+//
+// A failed heartbeat refresh (one that will be tried again) is not
+// recorded at all: it happens on the heartbeat's goroutine, outside any
+// operation's ctx. The end of a lock, released or lost, makes no span
+// and no span event, since the Locker reports it outside any operation's
+// ctx too; it shows in fencedlock.lock.held, fencedlock.lock.hold.duration
+// and fencedlock.lock.lost, and a Release that finds the lock lost fails
+// its fencedlock.release span.
+package fencedotel

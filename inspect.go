@@ -1,0 +1,81 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencedlock/fencedlock/internal/names"
+)
+
+// Info is what Redis said of a resource at one moment: see
+// Locker.Inspect.
+type Info struct {
+	// Held says whether a lock on the resource was held.
+	Held bool
+	// Token is the holder's fencing token; 0 when not held.
+	Token Token
+	// TTL is the lock's remaining time to live; 0 when not held.
+	TTL time.Duration
+	// Waiters is how many processes waited in the queue. A Locker queues
+	// only its first waiter for a resource in Redis, so goroutines
+	// waiting behind it in the same process are not counted.
+	Waiters int
+	// Counter is the resource's token counter: every token granted so
+	// far is at or below it. 0 when the counter is missing (never used,
+	// or expired after the resource was idle, see WithIdleExpiry).
+	Counter Token
+}
+
+// Inspect returns what Redis says of resource now, in one read-only round
+// trip: whether its lock is held, by which token and for how long, how
+// many processes wait for it, and its token counter.
+//
+// It is a snapshot for dashboards and debugging, never a reason to
+// write: the lock can change hands right after Inspect returns. Only a
+// fenced store's token check makes a write safe.
+//
+// An invalid resource returns an error wrapping ErrInvalidArgument; keys
+// holding what the library did not write, ErrCorrupt; Redis unreachable
+// or not answering before ctx ends, ErrUnavailable.
+func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
+	if err := l.check(resource); err != nil {
+		return Info{}, err
+	}
+	lockKey := keyFor(l.prefix, resource, "lock")
+	counterKey := keyFor(l.prefix, resource, "token")
+	deadlines := keyFor(l.prefix, resource, "deadlines")
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return inspectScript.run(ctx, l.client, boxKeys(lockKey, counterKey, deadlines)).Slice()
+	})
+	if err != nil {
+		return Info{}, redisErr(ctx, "inspect", resource, err, lockKey, counterKey, deadlines)
+	}
+	if len(res) != 4 {
+		return Info{}, fmt.Errorf("fencedlock: inspect %s: unexpected reply %v", names.Quote(resource), res)
+	}
+	var info Info
+	if v, ok := res[0].(string); ok {
+		i := strings.LastIndexByte(v, ':')
+		t, err := ParseToken(v[i+1:])
+		if i < 0 || err != nil || t == 0 {
+			return Info{}, fmt.Errorf("%w: inspect %s: lock key %s holds %s, not an owner and a token", ErrCorrupt, names.Quote(resource), names.Quote(lockKey), names.Quote(v))
+		}
+		info.Held, info.Token = true, t
+		if ms, _ := res[1].(int64); ms > 0 {
+			info.TTL = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if n, _ := res[2].(int64); n > 0 {
+		info.Waiters = int(n)
+	}
+	if v, ok := res[3].(string); ok {
+		t, err := ParseToken(v)
+		if err != nil {
+			return Info{}, fmt.Errorf("%w: inspect %s: token counter %s holds %s, not a token", ErrCorrupt, names.Quote(resource), names.Quote(counterKey), names.Quote(v))
+		}
+		info.Counter = t
+	}
+	return info, nil
+}

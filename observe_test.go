@@ -1,0 +1,339 @@
+package fencedlock_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// obsRecorder is an Observer that records every event, and marks the ctx
+// it returns for start events so that tests can see it passed on.
+type obsRecorder struct {
+	mu     sync.Mutex
+	events []fencedlock.Event
+	ctxOK  []bool // per event: whether ctx carried the mark of a start event
+}
+
+type obsMark struct{}
+
+func (r *obsRecorder) Observe(ctx context.Context, e fencedlock.Event) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	r.ctxOK = append(r.ctxOK, ctx.Value(obsMark{}) != nil)
+	switch e.Kind {
+	case fencedlock.EventAcquireStart, fencedlock.EventReleaseStart, fencedlock.EventStoreWriteStart:
+		return context.WithValue(ctx, obsMark{}, e.Kind)
+	}
+	return ctx
+}
+
+func (r *obsRecorder) take() []fencedlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events
+	r.events, r.ctxOK = nil, nil
+	return ev
+}
+
+func (r *obsRecorder) kinds() []fencedlock.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := make([]fencedlock.EventKind, len(r.events))
+	for i, e := range r.events {
+		k[i] = e.Kind
+	}
+	return k
+}
+
+func (r *obsRecorder) find(kind fencedlock.EventKind) (fencedlock.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.Kind == kind {
+			return e, true
+		}
+	}
+	return fencedlock.Event{}, false
+}
+
+// An acquire and release report their start and end, with the start's ctx
+// passed on to the end, and the lock's end with how long it was held.
+func TestObserverSeesAcquireAndRelease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		rec := &obsRecorder{}
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
+		lock, err := l.TryAcquire(ctx, "obs", ltLongTTL)
+		require.NoError(t, err)
+		time.Sleep(5 * time.Millisecond)
+		require.NoError(t, lock.Release(ctx))
+
+		ev := rec.take()
+		kinds := make([]fencedlock.EventKind, len(ev))
+		for i, e := range ev {
+			kinds[i] = e.Kind
+			assert.Equal(t, "obs", e.Resource, "event %v", e.Kind)
+		}
+		require.Equal(t, []fencedlock.EventKind{
+			fencedlock.EventAcquireStart, fencedlock.EventAcquireEnd,
+			fencedlock.EventReleaseStart, fencedlock.EventLockEnd, fencedlock.EventReleaseEnd,
+		}, kinds)
+		end := ev[1]
+		assert.Equal(t, fencedlock.OutcomeAcquired, end.Outcome)
+		assert.Equal(t, lock.Token(), end.Token)
+		assert.Equal(t, ltLongTTL, end.TTL)
+		assert.Positive(t, end.Duration)
+		assert.NoError(t, end.Err)
+		lockEnd := ev[3]
+		assert.Equal(t, fencedlock.OutcomeReleased, lockEnd.Outcome)
+		assert.Equal(t, lock.Token(), lockEnd.Token)
+		assert.GreaterOrEqual(t, lockEnd.Duration, 5*time.Millisecond, "held at least the sleep")
+		assert.ErrorIs(t, lockEnd.Err, fencedlock.ErrReleased)
+		assert.NoError(t, ev[4].Err)
+	})
+}
+
+// The ctx an Observer returns for a start event is the one the operation
+// goes on with, and the one its end event gets.
+func TestObserverCtxIsPassedOn(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	rec := &obsRecorder{}
+	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
+	lock, err := l.Acquire(ctx, "obs", ltLongTTL)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, e := range rec.events {
+		switch e.Kind {
+		case fencedlock.EventAcquireEnd, fencedlock.EventReleaseEnd:
+			assert.True(t, rec.ctxOK[i], "%v did not get the ctx its start event returned", e.Kind)
+		}
+	}
+}
+
+// The outcomes of acquires that fail: a held lock, a ctx that ended, an
+// unreachable Redis, a bad argument.
+func TestObserverAcquireOutcomes(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	rec := &obsRecorder{}
+	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
+	holder := ltTryAcquire(t, ctx, ltLocker(b), "held", ltLongTTL)
+	defer holder.Release(ctx)
+
+	check := func(want fencedlock.Outcome, wantErr error, call func() (*fencedlock.Lock, error)) {
+		t.Helper()
+		lock, err := call()
+		require.Nil(t, lock)
+		require.ErrorIs(t, err, wantErr)
+		e, ok := rec.find(fencedlock.EventAcquireEnd)
+		require.True(t, ok, "no acquire_end event")
+		assert.Equal(t, want, e.Outcome)
+		assert.Zero(t, e.Token)
+		assert.Equal(t, err, e.Err, "the event carries the error returned")
+		_, ended := rec.find(fencedlock.EventLockEnd)
+		assert.False(t, ended, "a lock never held reported an end")
+		rec.take()
+	}
+	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, "held", ltLongTTL)
+	})
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+		return l.Acquire(wctx, "held", ltLongTTL)
+	})
+	check(fencedlock.OutcomeError, fencedlock.ErrInvalidArgument, func() (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, "", ltLongTTL)
+	})
+	unreachable := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer unreachable.Close()
+	down := fencedlock.New(unreachable, fencedlock.WithObserver(rec))
+	check(fencedlock.OutcomeUnavailable, fencedlock.ErrUnavailable, func() (*fencedlock.Lock, error) {
+		return down.TryAcquire(ctx, "down", ltLongTTL)
+	})
+}
+
+// A release that hands the lock to a waiter reports the hand-over with the
+// waiter's token; a lock found lost reports its end as lost, and the
+// logger warns of it.
+func TestObserverHandOverAndLoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := ltCtx(t)
+		rec := &obsRecorder{}
+		logs := &ltSyncBuffer{}
+		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec), fencedlock.WithLogger(logger))
+		holder := ltTryAcquire(t, ctx, l, "handover", ltLongTTL)
+		waiting := ltLocker(b)
+		done := ltWaitFor(ctx, waiting, "handover", 500*time.Millisecond, fencedlock.WithHeartbeat(0))
+		ltAwaitQueued(t, b, waiting, "handover")
+		require.NoError(t, holder.Release(ctx))
+		waiter := ltAwait(t, done)
+		e, ok := rec.find(fencedlock.EventHandOver)
+		require.True(t, ok, "no hand_over event: %v", rec.kinds())
+		assert.Equal(t, waiter.Token(), e.Token)
+
+		// A lock of this Locker, found lost by its heartbeat.
+		rec.take()
+		require.NoError(t, waiter.Release(ctx))
+		lock, err := l.Acquire(ctx, "lost", 300*time.Millisecond, fencedlock.WithHeartbeat(50*time.Millisecond))
+		require.NoError(t, err)
+		require.NoError(t, b.Client.Del(ctx, l.LockKey("lost")).Err())
+		select {
+		case <-lock.Done():
+		case <-ctx.Done():
+			t.Fatal("the heartbeat did not find the lock lost")
+		}
+		ltEventually(t, func() bool { _, ok := rec.find(fencedlock.EventLockEnd); return ok }, "the lock_end event")
+		end, _ := rec.find(fencedlock.EventLockEnd)
+		assert.Equal(t, fencedlock.OutcomeLost, end.Outcome)
+		assert.Equal(t, lock.Token(), end.Token)
+		assert.ErrorIs(t, end.Err, fencedlock.ErrLockLost)
+
+		records := ltLogRecords(t, logs.String())
+		lost := ltFindRecord(records, "fencedlock: lock lost")
+		require.NotNil(t, lost, "no Warn record of the loss in:\n%s", logs.String())
+		assert.Equal(t, "WARN", lost["level"])
+		assert.Equal(t, "lost", lost["resource"])
+		assert.Equal(t, lock.Token().String(), lost["token"], "token is logged in decimal")
+		assert.Contains(t, lost["err"], "lock lost")
+		granted := ltFindRecord(records, "fencedlock: lock granted")
+		require.NotNil(t, granted, "no Debug record of a grant")
+		assert.Equal(t, "DEBUG", granted["level"])
+		for _, key := range []string{"resource", "token", "ttl", "wait"} {
+			assert.Contains(t, granted, key)
+		}
+		assert.NotNil(t, ltFindRecord(records, "fencedlock: lock handed over"), "no record of the hand-over")
+		assert.NotNil(t, ltFindRecord(records, "fencedlock: lock released"), "no record of the release")
+	})
+}
+
+// A heartbeat refresh that fails and will be retried is reported, and
+// logged at Warn.
+func TestObserverRefreshFailed(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := ltCtx(t)
+	rec := &obsRecorder{}
+	logs := &ltSyncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec), fencedlock.WithLogger(logger))
+	lock, err := l.Acquire(ctx, "refresh", 3*time.Second, fencedlock.WithHeartbeat(100*time.Millisecond))
+	require.NoError(t, err)
+	// The reply to the next refresh is lost: it fails at the client's
+	// read timeout, and the heartbeat tries again.
+	p.DropReplies(1)
+	ltEventually(t, func() bool { _, ok := rec.find(fencedlock.EventRefreshFailed); return ok }, "a refresh_failed event")
+	e, _ := rec.find(fencedlock.EventRefreshFailed)
+	assert.Equal(t, lock.Token(), e.Token)
+	assert.Equal(t, 3*time.Second, e.TTL)
+	assert.Error(t, e.Err)
+	require.NoError(t, lock.Refresh(ctx, 3*time.Second), "the lock is still held")
+	rec2 := ltFindRecord(ltLogRecords(t, logs.String()), "fencedlock: heartbeat refresh failed, will retry")
+	require.NotNil(t, rec2, "no Warn record in:\n%s", logs.String())
+	assert.Equal(t, "WARN", rec2["level"])
+	require.NoError(t, lock.Release(ctx))
+}
+
+// ObserveStore reports every write with its outcome, and passes values,
+// tokens and errors through unchanged.
+func TestObserveStore(t *testing.T) {
+	ctx := context.Background()
+	rec := &obsRecorder{}
+	inner := fencedlock.NewMemoryStore()
+	s := fencedlock.ObserveStore(inner, rec)
+	require.NoError(t, s.Put(ctx, "r", 5, []byte("five")))
+	err := s.Put(ctx, "r", 4, []byte("four"))
+	var stale *fencedlock.StaleTokenError
+	require.ErrorAs(t, err, &stale, "the store's own error type passes through")
+	errInvalid := s.Put(ctx, "r", 0, []byte("zero"))
+	require.ErrorIs(t, errInvalid, fencedlock.ErrInvalidToken)
+	v, tok, err := s.Get(ctx, "r")
+	require.NoError(t, err)
+	assert.Equal(t, "five", string(v))
+	assert.Equal(t, fencedlock.Token(5), tok)
+
+	ev := rec.take()
+	require.Len(t, ev, 6, "a start and an end per write, nothing for Get")
+	want := []fencedlock.Outcome{fencedlock.OutcomeAccepted, fencedlock.OutcomeStale, fencedlock.OutcomeError}
+	for i, o := range want {
+		start, end := ev[2*i], ev[2*i+1]
+		assert.Equal(t, fencedlock.EventStoreWriteStart, start.Kind)
+		assert.Equal(t, fencedlock.EventStoreWriteEnd, end.Kind)
+		assert.Equal(t, o, end.Outcome, "write %d", i)
+		assert.Equal(t, "r", end.Resource)
+	}
+	assert.Equal(t, fencedlock.Token(4), ev[3].Token)
+	assert.Equal(t, errInvalid, ev[5].Err)
+	assert.Same(t, inner, fencedlock.ObserveStore(inner, nil), "no observer: the store itself")
+}
+
+// The names of kinds and outcomes are those the metrics use.
+func TestOutcomeAndKindNames(t *testing.T) {
+	for o, want := range map[fencedlock.Outcome]string{
+		fencedlock.OutcomeAcquired: "acquired", fencedlock.OutcomeNotAcquired: "not_acquired",
+		fencedlock.OutcomeUnavailable: "unavailable", fencedlock.OutcomeError: "error",
+		fencedlock.OutcomeReleased: "released", fencedlock.OutcomeLost: "lost",
+		fencedlock.OutcomeAccepted: "accepted", fencedlock.OutcomeStale: "stale",
+		fencedlock.Outcome(200): "Outcome(200)",
+	} {
+		assert.Equal(t, want, o.String())
+	}
+	assert.Equal(t, "acquire_end", fencedlock.EventAcquireEnd.String())
+	assert.Equal(t, "EventKind(0)", fencedlock.EventKind(0).String())
+	assert.Equal(t, "EventKind(99)", fencedlock.EventKind(99).String())
+}
+
+// A value written to a store is never logged.
+func TestLoggerNeverLogsValues(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := ltCtx(t)
+	logs := &ltSyncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(logger))
+	require.NoError(t, l.Do(ctx, "secret", time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
+		return ltRedisStore(b).Put(ctx, "secret", lock.Token(), []byte("s3cr3t-value"))
+	}))
+	require.NotEmpty(t, logs.String(), "Debug records expected")
+	assert.NotContains(t, logs.String(), "s3cr3t-value")
+}
+
+func ltLogRecords(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), "log line %q", line)
+		out = append(out, m)
+	}
+	return out
+}
+
+func ltFindRecord(records []map[string]any, msg string) map[string]any {
+	for _, r := range records {
+		if r["msg"] == msg {
+			return r
+		}
+	}
+	return nil
+}
