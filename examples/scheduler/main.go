@@ -105,7 +105,7 @@ func run() error {
 	select {
 	case <-s.paused:
 	case <-ctx.Done():
-		return errors.New("A never paused")
+		return errors.New("instance A never paused")
 	}
 	say("--", "A is paused; %v pass, longer than its %v lease", lease+time.Second, lease)
 	mr.FastForward(lease + time.Second)
@@ -113,10 +113,10 @@ func run() error {
 	select {
 	case err := <-s.stale:
 		if !errors.Is(err, fencedlock.ErrStaleToken) {
-			return fmt.Errorf("A's late write: %v, want a stale token error", err)
+			return fmt.Errorf("the late write of A: %v, want a stale token error", err)
 		}
 	case <-ctx.Done():
-		return errors.New("A's late write never came")
+		return errors.New("the late write of A never came")
 	}
 	select {
 	case <-s.done:
@@ -128,7 +128,7 @@ func run() error {
 	close(errs)
 	for err := range errs {
 		if !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("Run returned %v, want context.Canceled", err)
+			return fmt.Errorf("election.Run returned %v, want context.Canceled", err)
 		}
 	}
 
