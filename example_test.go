@@ -215,8 +215,9 @@ func ExampleLocker_Advance() {
 	}
 
 	// The counter is lost (a failover to a replica that missed it, say)
-	// and the Redis clock that re-seeds it is an hour behind.
-	mr.Del(locker.TokenKey("ledger"))
+	// and the Redis clock that re-seeds it is an hour behind. The key
+	// names are listed in docs/redis.md.
+	mr.Del("fencedlock:{ledger}:token")
 	mr.SetTime(t0.Add(-time.Hour))
 
 	lock, err = locker.TryAcquire(ctx, "ledger", time.Minute)
@@ -300,10 +301,10 @@ func ExampleLocker_Do() {
 	})
 	fmt.Println("first run:", err)
 
-	// Someone takes the key from under the second run: its context is
-	// cancelled with a cause that wraps ErrLockLost.
+	// Someone takes the lock's key from under the second run: its context
+	// is cancelled with a cause that wraps ErrLockLost.
 	err = locker.Do(ctx, "report", 300*time.Millisecond, func(ctx context.Context, lock *fencedlock.Lock) error {
-		client.Set(ctx, locker.LockKey("report"), "someone-else:1", time.Minute)
+		client.Set(ctx, "fencedlock:{report}:lock", "someone-else:1", time.Minute)
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -338,7 +339,7 @@ func ExampleWithHeartbeat() {
 	}
 	fmt.Println("held after three TTLs:", lock.Err() == nil)
 
-	mr.Del(locker.LockKey("report"))
+	mr.Del("fencedlock:{report}:lock") // the lock's key
 	<-lock.Done()
 	fmt.Println("lost once the key was gone:", errors.Is(lock.Err(), fencedlock.ErrLockLost))
 	// Output:

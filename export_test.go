@@ -27,3 +27,18 @@ func (l *Locker) WaiterRefused(resource string) bool {
 	q := l.queues[resource]
 	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
 }
+
+// LockKey returns the key of resource's lock.
+func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }
+
+// TokenKey returns the key of resource's token counter.
+func (l *Locker) TokenKey(resource string) string { return l.key(resource, "token") }
+
+// IssuedTokenKey returns the key of the counter IssueToken uses for
+// lockKey.
+func (l *Locker) IssuedTokenKey(lockKey string) string {
+	return issuedKey(l.prefix, "issued-token", slotTag(lockKey), lockKey)
+}
+
+// Key returns the key of resource's value and token.
+func (s *RedisStore) Key(resource string) string { return keyFor(s.prefix, resource, "value") }

@@ -87,20 +87,6 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 	return token, nil
 }
 
-// IssuedTokenKey returns the Redis key of the token counter that
-// IssueToken uses for lockKey: "<prefix>:issued-token:{<tag>}:<lockKey>"
-// ("issued-token:{<tag>}:<lockKey>" with the empty prefix). tag is the
-// part of lockKey that Redis Cluster hashes: its hash tag, or the whole
-// key when it has none; when that part holds a "}", tag is instead the
-// smallest decimal number that hashes to the same slot. The names differ
-// from the keys of every resource, which begin "<prefix>:{".
-//
-// IssuedTokenKey names the key even for a Locker that IssueToken refuses
-// (a prefix holding "{").
-func (l *Locker) IssuedTokenKey(lockKey string) string {
-	return issuedKey(l.prefix, "issued-token", slotTag(lockKey), lockKey)
-}
-
 // AdvanceIssued raises the counter of the tokens IssueToken issues for
 // lockKey, as Advance does for a resource's: the next grant that asks
 // gets a token higher than floor. A grant that already has its token

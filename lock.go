@@ -140,14 +140,6 @@ func isNil(v any) bool {
 	return false
 }
 
-// LockKey returns the Redis key that holds the lock on resource.
-func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }
-
-// TokenKey returns the Redis key that holds resource's token counter. It
-// outlives every lock on the resource, and expires once the resource has
-// been idle (see WithIdleExpiry).
-func (l *Locker) TokenKey(resource string) string { return l.key(resource, "token") }
-
 func (l *Locker) key(resource, kind string) string {
 	return keyFor(l.prefix, resource, kind)
 }
@@ -415,13 +407,12 @@ const maxFloor = math.MaxInt64 - 1
 // Redis clock that re-seeded it is behind. floor must be from 1 to
 // 2^63-2; otherwise the error wraps ErrInvalidToken and nothing changes.
 // A missing counter is seeded from the Redis clock as on acquire, but
-// never below floor. Tokens above MaxRedisStoreToken are refused by a
-// RedisStore: a floor taken from a RedisStore's Current never gets there.
+// never below floor.
 func (l *Locker) Advance(ctx context.Context, resource string, floor Token) error {
 	if err := l.check(resource); err != nil {
 		return err
 	}
-	return l.advance(ctx, "resource", resource, l.TokenKey(resource), floor)
+	return l.advance(ctx, "resource", resource, l.key(resource, "token"), floor)
 }
 
 // advance raises the token counter at key above floor. what and name say

@@ -95,11 +95,6 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 	return append([]byte{}, e.value...), e.token, nil
 }
 
-// MaxRedisStoreToken is the highest token a RedisStore accepts. Its script
-// compares tokens as Lua numbers, which are exact only below 2^53. Tokens
-// that a Locker seeds from the Redis clock stay below it for centuries.
-const MaxRedisStoreToken Token = 1<<53 - 1
-
 // RedisStore is a Store that keeps each resource's value and token in one
 // Redis hash, "<prefix>:{<resource>}:value", in the same hash slot as the
 // resource's lock keys when the prefixes match. Put is one round trip.
@@ -142,9 +137,6 @@ func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStor
 	return s
 }
 
-// Key returns the Redis key that holds resource's value and token.
-func (s *RedisStore) Key(resource string) string { return keyFor(s.prefix, resource, "value") }
-
 func (s *RedisStore) check(resource string) error {
 	if s == nil {
 		return invalidArg("nil RedisStore")
@@ -158,16 +150,17 @@ func (s *RedisStore) check(resource string) error {
 	return checkResource(s.prefix, resource)
 }
 
-// Put implements Store in one round trip. Tokens above
-// MaxRedisStoreToken are refused with an error wrapping ErrInvalidToken.
+// Put implements Store in one round trip. It takes every token from 1 to
+// 2^64-1; the zero token is refused with an error wrapping
+// ErrInvalidToken.
 func (s *RedisStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
 	if err := s.check(resource); err != nil {
 		return err
 	}
-	if token == 0 || token > MaxRedisStoreToken {
-		return fmt.Errorf("%w: token %d for resource %s is outside 1..2^53-1", ErrInvalidToken, token, names.Quote(resource))
+	if token == 0 {
+		return fmt.Errorf("%w: token 0 for resource %s: tokens start at 1", ErrInvalidToken, names.Quote(resource))
 	}
-	key := s.Key(resource)
+	key := keyFor(s.prefix, resource, "value")
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return putScript.run(ctx, s.client, boxKeys(key), token.String(), value).Slice()
 	})
@@ -199,7 +192,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
 	}
-	key := s.Key(resource)
+	key := keyFor(s.prefix, resource, "value")
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
@@ -211,7 +204,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, names.Quote(resource))
 	}
 	token, err := ParseToken(ts)
-	if err != nil {
+	if err != nil || ts != token.String() {
 		return nil, 0, fmt.Errorf("%w: get %s: key %s holds token %q", ErrCorrupt, names.Quote(resource), names.Quote(key), ts)
 	}
 	v, _ := res[1].(string)

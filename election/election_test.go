@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
+	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -375,11 +376,11 @@ func TestRunErrors(t *testing.T) {
 			if atomic.AddInt32(&calls, 1) == 1 {
 				// Another owner takes the key: the heartbeat finds the
 				// term lost.
-				require.NoError(t, b.Client.Set(ctx, l.LockKey("runerr"), "thief:1", 200*time.Millisecond).Err())
+				require.NoError(t, b.Client.Set(ctx, link.Locker(l).Key("runerr", "lock"), "thief:1", 200*time.Millisecond).Err())
 				<-fctx.Done()
 				cause = context.Cause(fctx)
 				// The thief goes (miniredis does not expire keys).
-				require.NoError(t, b.Client.Del(ctx, l.LockKey("runerr")).Err())
+				require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("runerr", "lock")).Err())
 				return fctx.Err()
 			}
 			return boom

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencedotel"
+	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -157,7 +158,7 @@ func TestMetricsLostLock(t *testing.T) {
 		v, _ := otSum(t, o.metrics(t)[fencedotel.MetricLockHeld])
 		require.Equal(t, int64(1), v)
 
-		require.NoError(t, b.Client.Del(ctx, l.LockKey("lost")).Err())
+		require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("lost", "lock")).Err())
 		select {
 		case <-lock.Done():
 		case <-ctx.Done():

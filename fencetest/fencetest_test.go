@@ -247,6 +247,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		{rejectsEqual, "EqualToken", "equal-token", false},
 		{wrongStaleFields, "LowerToken", "stale-token", false},
 		{floatTokens, "TokenRange", "token-range", true},
+		{refusesAbove2p53, "TokenRange", "token-range", true},
 		{ignoresContext, "DoneContext", "context", true},
 		{sharedFence, "IndependentResources", "independent-resources", false},
 		{acceptsZero, "ZeroToken", "zero-token", true},
@@ -302,6 +303,7 @@ const (
 	acceptsZero               // treats the zero token as the lowest token
 	acceptsEmptyResource      // stores under ""
 	sanitizesNames            // replaces unusual characters in names, so names collide
+	refusesAbove2p53          // refuses tokens a float64 cannot hold, though a Locker grants them
 )
 
 func (f flaw) String() string {
@@ -310,7 +312,7 @@ func (f flaw) String() string {
 		"keeps the caller's slice", "returns its own slice", "returns an untyped not-found error",
 		"refuses an equal token", "swaps Token and Current", "compares tokens as float64",
 		"ignores the context", "shares one fence between resources", "accepts the zero token",
-		"accepts the empty resource", "sanitizes resource names",
+		"accepts the empty resource", "sanitizes resource names", "refuses tokens above 2^53",
 	}[f]
 }
 
@@ -387,6 +389,9 @@ func (s *brokenStore) Put(ctx context.Context, resource string, token fencedlock
 	}
 	if err := ctx.Err(); err != nil && s.flaw != ignoresContext {
 		return err
+	}
+	if s.flaw == refusesAbove2p53 && token > 1<<53-1 {
+		return fmt.Errorf("%w: token %d is above 2^53-1", fencedlock.ErrInvalidToken, token)
 	}
 	v := append([]byte{}, value...)
 	if s.flaw == keepsCallerSlice {

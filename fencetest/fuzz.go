@@ -32,7 +32,7 @@ import (
 //   - bit 0: 0 for a Put, 1 for a Get.
 //   - bits 1-2: the resource, 0, 1 or 2 (3 is resource 0).
 //   - bits 3-5: a Put's token, an index into 0, 1, 2, 3, 5, 8, 13 and
-//     fencedlock.MaxRedisStoreToken (2^53-1, which every store must
+//     2^63-1 (the highest token a Locker grants, which every store must
 //     accept), so that equal and lower tokens are common.
 //   - bits 6-7: the length of a Put's value, 0 to 3 bytes, taken from the
 //     bytes after the header (fewer where the input ends).
@@ -84,7 +84,7 @@ func FuzzStore(f *testing.F, s fencedlock.Store) {
 const maxFuzzOps = 64
 
 // fuzzTokens are the tokens a Put chooses from, by bits 3-5 of its header.
-var fuzzTokens = [8]fencedlock.Token{0, 1, 2, 3, 5, 8, 13, fencedlock.MaxRedisStoreToken}
+var fuzzTokens = [8]fencedlock.Token{0, 1, 2, 3, 5, 8, 13, maxGrantedToken}
 
 // fuzzOp is one decoded operation.
 type fuzzOp struct {

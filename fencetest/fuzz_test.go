@@ -112,7 +112,7 @@ func TestDecodeOps(t *testing.T) {
 		{"get", []byte{0x01, 0x03, 0x05, 0x07}, []fuzzOp{{get: true, res: 0}, {get: true, res: 1}, {get: true, res: 2}, {get: true, res: 0}}},
 		{"put, every token", []byte{0x00, 0x08, 0x10, 0x18, 0x20, 0x28, 0x30, 0x3a}, []fuzzOp{
 			{token: 0, value: []byte{}}, {token: 1, value: []byte{}}, {token: 2, value: []byte{}}, {token: 3, value: []byte{}},
-			{token: 5, value: []byte{}}, {token: 8, value: []byte{}}, {token: 13, value: []byte{}}, {res: 1, token: fencedlock.MaxRedisStoreToken, value: []byte{}},
+			{token: 5, value: []byte{}}, {token: 8, value: []byte{}}, {token: 13, value: []byte{}}, {res: 1, token: 1<<63 - 1, value: []byte{}},
 		}},
 		{"values", []byte{0x5c, 'a', 0x9c, 'b', 'c', 0xdc, 'd', 'e', 'f', 0x01}, []fuzzOp{
 			{res: 2, token: 3, value: []byte("a")}, {res: 2, token: 3, value: []byte("bc")}, {res: 2, token: 3, value: []byte("def")}, {get: true},

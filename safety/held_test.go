@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/link"
 )
 
 // Checker D: a Lock that Acquire or TryAcquire returns holds its grant in
@@ -20,7 +21,7 @@ import (
 // A to C see nothing, but the library broke its rule "only real grants".
 //
 // Right after a lock call returns a Lock, the client reads the lock key
-// (Locker.LockKey, "<owner nonce>:<token>") through a direct connection to
+// ("<owner nonce>:<token>") through a direct connection to
 // the current lock Redis that bypasses the fault proxies, and records what
 // it found in the acquire op. A grant overwrites any earlier holder and
 // every later grant carries a higher token (one Redis: the counter only
@@ -89,7 +90,7 @@ func checkKey(keys keyReader, locker *fencedlock.Locker, lock *fencedlock.Lock, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkReadFor)
 	defer cancel()
-	v, kr, err := keys.read(ctx, locker.LockKey(lock.Resource()), epoch)
+	v, kr, err := keys.read(ctx, link.Locker(locker).Key(lock.Resource(), "lock"), epoch)
 	o.KeyRead, o.KeyValue = kr, v
 	if err != nil {
 		o.KeyValue = err.Error()

@@ -106,8 +106,17 @@ func run(addr string, ttl time.Duration, prefix string) error {
 	s.store = fencedlock.NewRedisStore(s.client, fencedlock.WithStorePrefix(prefix))
 	if cleanup {
 		defer func() {
-			keys := []string{s.locker.LockKey(resource), s.locker.TokenKey(resource), s.store.Key(resource)}
-			if err := s.client.Del(ctx, keys...).Err(); err != nil {
+			// Every key of the example is under its random prefix.
+			var keys []string
+			iter := s.client.Scan(ctx, 0, prefix+":*", 100).Iterator()
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			err := iter.Err()
+			if err == nil && len(keys) > 0 {
+				err = s.client.Del(ctx, keys...).Err()
+			}
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "orderqueue: deleting the example's keys:", err)
 				return
 			}
@@ -116,9 +125,11 @@ func run(addr string, ttl time.Duration, prefix string) error {
 	}
 
 	fmt.Printf("Resource %q on %s.\n", resource, where)
-	fmt.Printf("  lock   SET %s <owner> NX PX %d  (TTL %v)\n", s.locker.LockKey(resource), ttl.Milliseconds(), ttl)
-	fmt.Printf("  token  INCR %s, in the same script as the SET\n", s.locker.TokenKey(resource))
-	fmt.Printf("  store  %s, written only with a token >= the one stored with it\n\n", s.store.Key(resource))
+	// The key names follow the layout in docs/redis.md.
+	key := func(kind string) string { return prefix + ":{" + resource + "}:" + kind }
+	fmt.Printf("  lock   SET %s <owner> NX PX %d  (TTL %v)\n", key("lock"), ttl.Milliseconds(), ttl)
+	fmt.Printf("  token  %s, raised in the same script as the SET\n", key("token"))
+	fmt.Printf("  store  %s, written only with a token >= the one stored with it\n\n", key("value"))
 	return s.tell()
 }
 
