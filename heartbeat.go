@@ -9,31 +9,22 @@ import (
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
 // background goroutine refreshes the lock for its TTL, until Release or
-// until the lock is lost.
+// until the lock is lost. An interval of 0 means a third of the TTL; it
+// must be at most half the TTL, or Acquire returns an error wrapping
+// ErrInvalidArgument.
 //
-// An interval of 0 means a third of the TTL; it must be at most half the
-// TTL, or Acquire returns an error wrapping ErrInvalidArgument.
-//
-// The Lock is lost, Done is closed and Err wraps ErrLockLost, as soon as a
-// refresh finds the key gone or holding another owner's value. A refresh
-// that fails for any other reason (Redis unreachable, slow, failing over)
-// is tried again, every quarter interval, until the TTL granted by the
-// last successful refresh (or by the grant), measured on the local
-// monotonic clock from before that refresh was sent, is within a twentieth
-// of running out (or sooner, when a Refresh whose outcome is unknown may
-// have shortened the lock); then the Lock is lost. So the holder hears of
-// the loss before Redis lets the key expire, not after, even when Redis
-// does not answer at all: each refresh is given up at that deadline. Once
-// lost, nothing more is sent to Redis for the Lock. A refresh in flight at
-// that moment is left to finish within the client's own timeouts. After a
-// Refresh with a TTL below twice the interval, the heartbeat refreshes
-// every third of that TTL.
+// The Lock is lost (Done is closed and Err wraps ErrLockLost) as soon as a
+// refresh finds the key gone or held by another owner, and also when
+// refreshes keep failing for another reason (Redis unreachable, slow,
+// failing over) until the lease is within a twentieth of running out by
+// the local monotonic clock. So the holder hears of the loss before Redis
+// lets the key expire, even when Redis does not answer at all. Once lost,
+// nothing more is sent to Redis for the Lock.
 //
 // The heartbeat keeps the lock alive; it does not make writes safe. A
-// process that is paused (GC, SIGSTOP, a slow disk) does not run its
-// heartbeat either, and the lock expires under it: only the store's token
-// check stops its late writes. Call Release when done: the heartbeat of a
-// Lock that is never released keeps the lock for ever.
+// paused process does not run its heartbeat either, and only the store's
+// token check stops its late writes. Call Release when done: the
+// heartbeat of a Lock that is never released keeps the lock for ever.
 func WithHeartbeat(interval time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.heartbeat, c.beat = interval, true }
 }
@@ -149,23 +140,22 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 }
 
 // Do runs fn while holding the lock on resource. It acquires the lock
-// like Acquire, waiting until it is free or ctx is done, keeps it with a
-// heartbeat at a third of ttl (see WithHeartbeat), runs fn, and releases
-// the lock when fn returns or panics: within ctx, or, once ctx is done,
-// in the background within a second.
+// like Acquire, keeps it with a heartbeat at a third of ttl (see
+// WithHeartbeat), runs fn, and releases the lock when fn returns or
+// panics: within ctx, or, once ctx is done, in the background within a
+// second.
 //
-// fn's context is cancelled the moment the lock is found lost, with a
-// cause wrapping ErrLockLost (read it with context.Cause), and when ctx is
-// done. fn must stop when it is: writes it makes after that are refused by
-// a fenced store, but work outside the store is not protected. Pass
+// fn's context is cancelled when ctx is done and the moment the lock is
+// found lost, then with a cause wrapping ErrLockLost (read it with
+// context.Cause). fn must stop when it is: a fenced store refuses its
+// later writes, but work outside the store is not protected. Pass
 // lock.Token with every write.
 //
 // Do returns fn's error, or the error of acquiring the lock (fn does not
 // run then). When the lock was lost while fn ran and fn returns an error,
-// Do's error matches both ErrLockLost (with why it was lost) and fn's
-// error: errors.Is tells "lost the lock" from "the job failed". An error
-// from the final Release is not returned: the work is done, and a lock
-// that could not be released ends when its TTL runs out.
+// Do's error matches both ErrLockLost and fn's error. An error of the
+// final Release is not returned: the work is done, and a lock that could
+// not be released ends when its TTL runs out.
 func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn func(ctx context.Context, lock *Lock) error) error {
 	if fn == nil {
 		return invalidArg("nil fn")

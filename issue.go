@@ -11,53 +11,24 @@ import (
 )
 
 // IssueToken issues a fencing token for a lock that another library
-// holds: the Redis key lockKey, set to ownerValue by the grant asking.
-// It checks that lockKey still holds ownerValue and issues the token in
-// one script, so the token belongs to a grant that was live when it was
-// issued. When lockKey is missing, holds another value or is not a
-// string, it returns an error wrapping ErrLockLost and writes nothing.
+// holds: the Redis key lockKey, set to ownerValue by the grant asking. It
+// checks that lockKey still holds ownerValue and issues the token in the
+// same script, so the token belongs to a grant that was live when it was
+// issued. The same grant asking again gets the same token; a new grant
+// (another value) gets a token higher than every one issued for lockKey
+// before. So ownerValue must be unique per grant, as the random values of
+// redsync and redislock are; a fixed value lets two grants share a token.
 //
-// The same grant asking again gets the same token. A new grant, which
-// sets another value, gets a token higher than every one issued for
-// lockKey before. Tokens come from a counter like the Locker's own, seeded
-// from the Redis clock, and the counter is never set below the last token
-// issued while the record of it is kept. So a lost counter does not issue
-// old tokens again; if the record is lost with it (a restart without
-// persistence, FLUSHALL), the new tokens are above the old ones unless
-// the Redis clock is behind the one that issued them: then stores refuse
-// the new writes, and AdvanceIssued raises the counter past the token
-// they report. A grant whose record alone is lost gets a new, higher
-// token when it asks again.
+// When lockKey is missing, holds another value or is not a string, the
+// error wraps ErrLockLost and nothing is written. An empty lockKey or
+// ownerValue, or a Locker whose prefix holds "{", returns an error wrapping
+// ErrInvalidArgument; a counter or record holding what the library did not
+// write, one wrapping ErrCorrupt. Either way nothing changes. IssueToken
+// never changes lockKey itself.
 //
-// A grant is known by its value, so ownerValue must be unique per grant,
-// or two grants share one token and a store accepts the writes of both.
-// The defaults of github.com/go-redsync/redsync (a random value) and
-// github.com/bsm/redislock (a random token) are; a fixed value is not:
-// redislock's Options.Token, or a redsync WithGenValueFunc that returns,
-// say, the host name.
-//
-// IssueToken keeps two keys per lockKey, which expire once lockKey has
-// been idle (see WithIdleExpiry), in lockKey's Redis Cluster hash slot: the counter, IssuedTokenKey(lockKey), and the
-// record of the last grant's value and token. A lockKey with a hash tag
-// ("locks:{orders}") shares its tag with them. It changes nothing in
-// lockKey itself: not its value, not its TTL.
-//
-// Tokens of IssueToken for one lockKey are comparable with each other
-// only: fence one store resource with the tokens of one lock key, not
-// with those of another key or of the Locker's own grants too.
-//
-// With Redlock over several independent Redis servers (redsync with many
-// pools), IssueToken checks and counts on the one server behind the
-// Locker's client, which must be one of those servers. It issues tokens
-// to grants that hold lockKey there, and returns ErrLockLost for a grant
-// that holds a majority without it: release and lock again. Writes then
-// depend on that one server being up, which gives up the availability
-// Redlock is used for.
-//
-// An empty lockKey or ownerValue, and a Locker whose prefix holds "{"
-// (its keys could not share lockKey's slot), return an error wrapping
-// ErrInvalidArgument. A counter or record holding what the library did
-// not write returns an error wrapping ErrCorrupt, and nothing changes.
+// Tokens issued for one lockKey compare only with each other. How they are
+// counted, the keys IssueToken keeps and its use with Redlock are in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/other-locks.md.
 func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (Token, error) {
 	counter, record, err := l.issuedKeys(lockKey)
 	if err != nil {

@@ -260,18 +260,14 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 // ErrUnavailable, the Lock is not ended but no longer counts as certainly
 // held, and Release may be called again. A Release after Release sends
 // nothing and returns an error wrapping ErrReleased; after the Lock ended
-// as lost, its loss.
+// as lost, its loss. A Release whose lost reply made the client send it
+// twice reports ErrLockLost although it released the lock: either way
+// this Lock no longer holds it.
 //
-// Release stops the heartbeat first, even when it then fails: if Redis
-// could not be reached, the lock ends at the latest when its TTL runs out.
-// Release is bounded by ctx; to release after ctx is done (in a deferred
-// cleanup, say), pass a short detached context:
+// Release stops the heartbeat first, even when it then fails. It is
+// bounded by ctx; to release once ctx is done (in a deferred cleanup),
+// pass a short detached context:
 // context.WithTimeout(context.WithoutCancel(ctx), time.Second).
-//
-// When the reply to a Release is lost and the client sends it again, the
-// second run finds the lock gone (or handed on) and Release reports
-// ErrLockLost although the first run released it. Either way this Lock no
-// longer holds the lock.
 func (k *Lock) Release(ctx context.Context) error {
 	if err := k.check(); err != nil {
 		return err

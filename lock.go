@@ -102,27 +102,20 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 const DefaultIdleExpiry = 24 * time.Hour
 
 // WithIdleExpiry makes the token counter the Locker keeps for a resource,
-// and the keys IssueToken writes for a lock key (its counter and grant
-// record), expire once the resource or lock key has been idle for d: no
-// lock held, nobody waiting, no grant or token issued in the last d. The
-// default is DefaultIdleExpiry; 0 keeps them for ever. The Locker's other
-// keys expire on their own whatever d is: the lock with its TTL, the queue
-// of waiters once no waiter renews its place, and the marker of an
-// abandoned attempt 16 minutes after the attempt's TTL (longer than TCP
-// retransmits a request). A negative d, or
-// one below one second, makes every call of the Locker return an error
+// and the keys IssueToken keeps for a lock key, expire once the resource
+// or lock key has been idle for d: no lock held, nobody waiting, no grant
+// or token issued in the last d. The default is DefaultIdleExpiry; 0
+// keeps them for ever. The Locker's other keys expire on their own
+// whatever d is, and values in a RedisStore never expire. A negative d,
+// or one below one second, makes every call of the Locker return an error
 // wrapping ErrInvalidArgument.
 //
-// Safety does not move: a counter that has expired is seeded again from
-// the Redis server clock, as after FLUSHALL, so the next token is above
-// every earlier one, provided the server clock does not step back by more
-// than d. A counter ahead of the clock (raised by Advance or
-// AdvanceIssued) never expires, and a held lock's counter never expires
-// before the lock does: each grant and each Refresh (the heartbeat's too)
-// keeps it for the lock's TTL plus d. IssueToken sees the other library's
-// lock key only when asked: it keeps its keys for the lock key's TTL at
-// that moment plus d, and for ever for a lock key without expiry. Values
-// in a RedisStore are the user's data: they never expire.
+// Safety does not move: an expired counter is seeded again from the Redis
+// server clock, as after FLUSHALL, so the next token is above every
+// earlier one, provided the server clock does not step back by more than
+// d. A counter raised by Advance above the clock never expires. Every key
+// and its expiry are listed in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 func WithIdleExpiry(d time.Duration) Option {
 	return func(l *Locker) { l.idle = d }
 }
@@ -249,28 +242,23 @@ const (
 )
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
-// to Redis. On success the Lock carries a fresh token, higher than every
-// token granted on resource before, and Redis has granted it: its answer
-// came back. When Redis answers that another owner holds the lock, or
-// that it is free but promised to a waiter queued by Acquire, it returns
-// an error wrapping ErrNotAcquired. When Redis cannot be reached, does not
-// answer before ctx ends, or answers with an error, the error wraps
-// ErrUnavailable and the cause (and ctx's error once ctx has ended). A
+// to Redis. On success the Lock carries a token higher than every token
+// granted on resource before, and Redis has granted it. ttl must be at
+// least one millisecond; it is rounded down to whole milliseconds.
+//
+// When Redis answers that another owner holds the lock, or that it is
+// free but promised to a queued waiter, the error wraps ErrNotAcquired.
+// When Redis cannot be reached, does not answer before ctx ends, or
+// answers with an error, the error wraps ErrUnavailable and the cause. A
 // ctx done before the call sends nothing and returns an error wrapping
-// ErrNotAcquired and ctx's error, as Acquire does.
+// ErrNotAcquired and ctx's error.
 //
-// ttl must be at least one millisecond; it is rounded down to whole
-// milliseconds. With WithReplicas, a grant is returned only once replicas
-// have confirmed it.
-//
-// An attempt whose answer never came (lost, or ctx ended first) leaves no
-// orphaned lock: TryAcquire releases the lock the attempt may have been
-// granted and leaves a marker that makes Redis refuse a copy of the
-// attempt still on its way, within a second of its own. It waits for that
-// cleanup while ctx lasts; past ctx it goes on in the background. The
-// error says how the cleanup went; if it failed, the grant may stay
-// locked until ttl runs out, with nobody holding it. See the package
-// documentation for the one case a marker does not cover.
+// An attempt whose answer never came leaves no orphaned lock: TryAcquire
+// releases what the attempt may have been granted, while ctx lasts and
+// past it in the background, and the error says how that cleanup went. If
+// the cleanup failed, the lock may stay taken, with nobody holding it,
+// until ttl runs out. See
+// https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md.
 func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if l == nil || !l.watched() {
 		return l.tryAcquire(ctx, resource, ttl)

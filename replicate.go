@@ -13,49 +13,29 @@ import (
 
 // WithReplicas makes every acquire of the Locker wait, once its lock is
 // granted, until at least n replicas of the Redis master that granted it
-// have confirmed receiving the grant, for at most timeout (rounded down to
-// whole milliseconds). The wait is Redis's WAIT command. When fewer than n
-// replicas confirm in time, the acquire releases the grant and returns an
-// error wrapping ErrNotReplicated; the caller can try again later.
+// have confirmed the grant (Redis's WAIT), for at most timeout, rounded
+// down to whole milliseconds. When fewer confirm in time, the acquire
+// releases the grant and returns an error wrapping ErrNotReplicated; the
+// caller can try again later. Only grants wait: refreshes, releases,
+// IssueToken and store writes do not.
 //
 // Use it where Redis fails over to a replica (Sentinel, Cluster with
-// replicas): a grant that only the old master had is lost with it, and the
-// promoted replica's counter is behind. The grant's raise of the counter to
-// the server clock already keeps the next token above the lost one in most
-// cases (see the package documentation); WithReplicas closes the others,
-// such as a counter ahead of the clock after Advance, as far as WAIT can:
-// the replica that Redis promotes must be one that confirmed. Promote the
-// most up-to-date replica, as Sentinel and Cluster do, and ask for as many
-// replicas as you can afford to wait for: with n equal to the number of
-// replicas, one replica down makes every acquire fail after timeout. WAIT
-// does not make Redis strongly consistent, and fencing does not depend on
-// it: the store refuses lower tokens whatever Redis loses.
+// replicas), so that a promoted replica is less likely to have missed a
+// grant. Fencing does not depend on it: stores refuse lower tokens
+// whatever Redis loses. Keep timeout well below the TTL.
 //
-// Only grants wait: refreshes, releases, IssueToken and store writes do
-// not. The wait adds two round trips to each acquire, on one connection of
-// the client's pool, kept for both: a refresh of the new lock, which
-// checks that it is still held and restarts its TTL, then WAIT for the
-// replication offset of that refresh, which comes after the grant's,
-// whichever connection or process made the grant. The WAIT itself lasts as
-// long as a replica takes to confirm. A grant is confirmed only while the
-// lock is certainly held: the WAIT is cut short when the TTL has nearly
-// run out, so keep timeout well below the TTL. While replicas are behind,
-// each waiting acquire holds a connection of the pool for up to timeout;
-// size the pool (PoolSize) so that heartbeats and releases still get one.
+// An acquire can then also fail with an error wrapping ErrLockLost (the
+// grant ended before it was confirmed), or with the error of the
+// confirmation's round trips; a grant still held is then released, and
+// the error says if that failed too. An acquire returns when its ctx
+// ends, even during the WAIT, and its grant is released in the background.
 //
-// Besides ErrNotReplicated, an acquire can then fail with an error
-// wrapping ErrLockLost (the grant ended before the refresh) or with the
-// error of the refresh or the WAIT (the network, a MOVED reply during
-// resharding). A grant still held is then released, and the error says if
-// that failed too.
-//
-// n must be at least 1 and timeout at least one millisecond (WAIT's 0
-// would wait forever), and the Locker's client a *redis.Client (a single
-// node or a Sentinel failover client) or a *redis.ClusterClient, whose
-// WAIT goes to the master of the lock's hash slot. Otherwise every method
-// of the Locker returns an error wrapping ErrInvalidArgument. An acquire
-// returns when its ctx ends, even during the WAIT; the WAIT itself ends on
-// the server after timeout, and the grant is released in the background.
+// n must be at least 1, timeout at least one millisecond, and the client a
+// *redis.Client (a single node or a Sentinel failover client) or a
+// *redis.ClusterClient; otherwise every method of the Locker returns an
+// error wrapping ErrInvalidArgument. What WAIT does and does not promise,
+// its cost and pool sizing are in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(l *Locker) {
 		l.replicas = &replicaWait{n: n, timeout: timeout}

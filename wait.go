@@ -44,28 +44,23 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 
 // Acquire locks resource for ttl, waiting while another owner holds it,
 // until it gets the lock or ctx is done. On success the Lock carries a
-// fresh token, higher than every token granted on resource before, and
-// Redis has granted it: its answer (the reply to an attempt, or the grant
-// message of a release) came back. No Lock is ever returned on the
-// strength of a local belief.
+// token higher than every token granted on resource before, and Redis has
+// granted it: a Lock is never returned on a local belief. Waiters are
+// served first come, first served.
 //
-// When ctx ends while the last answer from Redis said that another owner
-// holds the lock, the error wraps both ErrNotAcquired and ctx.Err(). When
-// Redis cannot be reached, answers with an error, or does not answer the
-// first attempt before ctx ends, the wait ends with an error wrapping
-// ErrUnavailable and the cause. Bad input is ErrInvalidArgument, at once.
-// A waiter that gives up leaves the queue, passing on a lock handed to it
-// meanwhile; when ctx has ended, that cleanup finishes in the background
-// (see TryAcquire).
+// When ctx ends while Redis last said that another owner holds the lock,
+// the error wraps both ErrNotAcquired and ctx.Err(). When Redis cannot be
+// reached, answers with an error, or does not answer the first attempt
+// before ctx ends, the error wraps ErrUnavailable and the cause. Bad input
+// returns an error wrapping ErrInvalidArgument at once. A waiter that
+// gives up leaves the queue and passes on a lock handed to it meanwhile;
+// once ctx has ended, that cleanup finishes in the background and the
+// error says how far it got.
 //
-// Waiting is first come, first served, and costs Redis little while the
-// lock is held: the release hands the lock to the first waiter and wakes
-// it, and a timer covers a crashed holder or a lost message (see
-// WithRetryDelay). The package documentation tells how. With
-// WithHeartbeat, the Lock is refreshed until released or lost. With the
-// Locker's WithReplicas, a grant is returned only once replicas have
-// confirmed it, and a grant they do not confirm ends the wait with
-// ErrNotReplicated.
+// With WithHeartbeat the Lock is refreshed until released or lost. With
+// the Locker's WithReplicas a grant is returned only once replicas have
+// confirmed it. How waiting works is in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md.
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if l == nil || !l.watched() {
 		return l.acquire(ctx, resource, ttl, opts)
