@@ -1,0 +1,169 @@
+package fencedlock_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// quickStartMarker precedes the README's quick start, a Go code block
+// that must be the body of quickStartExample in example_test.go.
+const (
+	quickStartMarker  = "<!-- quick start: Example_staleWriteRefused in example_test.go -->"
+	quickStartExample = "Example_staleWriteRefused"
+)
+
+// TestREADMEQuickStartIsExample checks that the README's quick start is
+// the code of a tested Example, line for line (indentation and blank
+// lines aside), so the README cannot show code that does not run.
+func TestREADMEQuickStartIsExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := codeBlockAfter(string(readme), quickStartMarker)
+	if err != nil {
+		t.Fatalf("README.md: %v", err)
+	}
+	body := exampleBody(t, "example_test.go", quickStartExample)
+
+	got, want := codeLines(block), codeLines(body)
+	for i := 0; i < len(got) || i < len(want); i++ {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			t.Fatalf("README.md's quick start differs from %s in example_test.go at code line %d:\nREADME:  %q\nExample: %q", quickStartExample, i+1, g, w)
+		}
+	}
+}
+
+// codeBlockAfter returns the text of the first ```go block after marker.
+func codeBlockAfter(text, marker string) (string, error) {
+	i := strings.Index(text, marker)
+	if i < 0 {
+		return "", fmt.Errorf("no marker %q", marker)
+	}
+	rest := text[i+len(marker):]
+	start := strings.Index(rest, "```go\n")
+	if start < 0 {
+		return "", fmt.Errorf("no ```go block after the marker")
+	}
+	rest = rest[start+len("```go\n"):]
+	end := strings.Index(rest, "\n```")
+	if end < 0 {
+		return "", fmt.Errorf("the ```go block after the marker is not closed")
+	}
+	return rest[:end], nil
+}
+
+// exampleBody returns the source text inside the braces of the function
+// name in file.
+func exampleBody(t *testing.T, file, name string) string {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != name || fn.Body == nil {
+			continue
+		}
+		from := fset.Position(fn.Body.Lbrace).Offset + 1
+		to := fset.Position(fn.Body.Rbrace).Offset
+		return string(src[from:to])
+	}
+	t.Fatalf("%s: no function %s", file, name)
+	return ""
+}
+
+// codeLines returns the lines of code with their indentation trimmed,
+// without blank lines, up to an Example's "// Output:" comment.
+func codeLines(code string) []string {
+	var lines []string
+	for _, line := range strings.Split(code, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "// Output:" || line == "// Unordered output:" {
+			break
+		}
+		if line != "" {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// TestREADMEAndDocsLinksResolve checks that every relative link in
+// README.md, DEVELOPERS.md and docs/*.md names a file or directory of the
+// repository.
+func TestREADMEAndDocsLinksResolve(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append([]string{"README.md", "DEVELOPERS.md"}, pages...)
+	links := 0
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, target := range relativeLinks(string(text)) {
+			links++
+			path := filepath.Join(filepath.Dir(page), filepath.FromSlash(target))
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %q: %v", page, target, err)
+			}
+		}
+	}
+	if links == 0 {
+		t.Fatal("found no relative links: the link pattern is broken")
+	}
+}
+
+// mdLink matches the target of an inline Markdown link, [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// relativeLinks returns the link targets in text that name a path in the
+// repository, without their "#fragment": not web addresses, not links
+// within a page, and nothing inside code blocks.
+func relativeLinks(text string) []string {
+	var out []string
+	inCode := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inCode = !inCode
+			continue
+		}
+		if inCode {
+			continue
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
+				continue
+			}
+			if i := strings.IndexByte(target, '#'); i >= 0 {
+				target = target[:i]
+			}
+			out = append(out, target)
+		}
+	}
+	return out
+}
