@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // quickStartMarker precedes the README's quick start, a Go code block
@@ -111,7 +112,8 @@ func codeLines(code string) []string {
 
 // TestREADMEAndDocsLinksResolve checks that every relative link in
 // README.md, DEVELOPERS.md and docs/*.md names a file or directory of the
-// repository.
+// repository, and that a link's #fragment into a Markdown page names one
+// of its headings.
 func TestREADMEAndDocsLinksResolve(t *testing.T) {
 	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
@@ -124,11 +126,26 @@ func TestREADMEAndDocsLinksResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, target := range relativeLinks(string(text)) {
+		for _, link := range relativeLinks(string(text)) {
 			links++
-			path := filepath.Join(filepath.Dir(page), filepath.FromSlash(target))
+			target, fragment, _ := strings.Cut(link, "#")
+			path := page
+			if target != "" {
+				path = filepath.Join(filepath.Dir(page), filepath.FromSlash(target))
+			}
 			if _, err := os.Stat(path); err != nil {
-				t.Errorf("%s: link %q: %v", page, target, err)
+				t.Errorf("%s: link %q: %v", page, link, err)
+				continue
+			}
+			if fragment == "" || !strings.HasSuffix(path, ".md") {
+				continue
+			}
+			linked, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !headingAnchors(string(linked))[fragment] {
+				t.Errorf("%s: link %q: %s has no heading with the anchor %q", page, link, path, fragment)
 			}
 		}
 	}
@@ -141,9 +158,22 @@ func TestREADMEAndDocsLinksResolve(t *testing.T) {
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
 // relativeLinks returns the link targets in text that name a path in the
-// repository, without their "#fragment": not web addresses, not links
-// within a page, and nothing inside code blocks.
+// repository or a heading of the page itself: not web addresses, and
+// nothing inside code blocks.
 func relativeLinks(text string) []string {
+	var out []string
+	for _, line := range proseLines(text) {
+		for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+			if target := m[1]; !strings.Contains(target, "://") && !strings.HasPrefix(target, "mailto:") {
+				out = append(out, target)
+			}
+		}
+	}
+	return out
+}
+
+// proseLines returns the lines of a Markdown text outside code blocks.
+func proseLines(text string) []string {
 	var out []string
 	inCode := false
 	for _, line := range strings.Split(text, "\n") {
@@ -151,19 +181,33 @@ func relativeLinks(text string) []string {
 			inCode = !inCode
 			continue
 		}
-		if inCode {
-			continue
-		}
-		for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
-				continue
-			}
-			if i := strings.IndexByte(target, '#'); i >= 0 {
-				target = target[:i]
-			}
-			out = append(out, target)
+		if !inCode {
+			out = append(out, line)
 		}
 	}
 	return out
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a
+// Markdown text: lower case, spaces turned into hyphens, and every
+// character but letters, digits, hyphens and underscores dropped.
+func headingAnchors(text string) map[string]bool {
+	anchors := make(map[string]bool)
+	for _, line := range proseLines(text) {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		anchors[b.String()] = true
+	}
+	return anchors
 }
