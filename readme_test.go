@@ -28,13 +28,26 @@ func TestREADMEQuickStartIsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, err := codeBlockAfter(string(readme), quickStartMarker)
+	block, rest, err := codeBlockAfter(string(readme), quickStartMarker, "```go\n")
 	if err != nil {
 		t.Fatalf("README.md: %v", err)
 	}
 	body := exampleBody(t, "example_test.go", quickStartExample)
 
-	got, want := codeLines(block), codeLines(body)
+	compareLines(t, "code", codeLines(block), codeLines(body))
+
+	// The next code block shows what the Example prints.
+	printed, _, err := codeBlockAfter(rest, "", "```\n")
+	if err != nil {
+		t.Fatalf("README.md: the quick start's output: %v", err)
+	}
+	compareLines(t, "output", codeLines(printed), outputLines(body))
+}
+
+// compareLines fails t at the first line where the README's got differs
+// from the Example's want.
+func compareLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
 	for i := 0; i < len(got) || i < len(want); i++ {
 		var g, w string
 		if i < len(got) {
@@ -44,28 +57,29 @@ func TestREADMEQuickStartIsExample(t *testing.T) {
 			w = want[i]
 		}
 		if g != w {
-			t.Fatalf("README.md's quick start differs from %s in example_test.go at code line %d:\nREADME:  %q\nExample: %q", quickStartExample, i+1, g, w)
+			t.Fatalf("README.md's quick start %s differs from %s in example_test.go at line %d:\nREADME:  %q\nExample: %q", what, quickStartExample, i+1, g, w)
 		}
 	}
 }
 
-// codeBlockAfter returns the text of the first ```go block after marker.
-func codeBlockAfter(text, marker string) (string, error) {
+// codeBlockAfter returns the text of the first code block opened by fence
+// ("```go\n", say) after marker, and the text after the block.
+func codeBlockAfter(text, marker, fence string) (block, rest string, err error) {
 	i := strings.Index(text, marker)
 	if i < 0 {
-		return "", fmt.Errorf("no marker %q", marker)
+		return "", "", fmt.Errorf("no marker %q", marker)
 	}
-	rest := text[i+len(marker):]
-	start := strings.Index(rest, "```go\n")
+	rest = text[i+len(marker):]
+	start := strings.Index(rest, fence)
 	if start < 0 {
-		return "", fmt.Errorf("no ```go block after the marker")
+		return "", "", fmt.Errorf("no %q block after the marker", fence)
 	}
-	rest = rest[start+len("```go\n"):]
-	end := strings.Index(rest, "\n```")
+	rest = rest[start+len(fence):]
+	end := strings.Index(rest, "\n```\n")
 	if end < 0 {
-		return "", fmt.Errorf("the ```go block after the marker is not closed")
+		return "", "", fmt.Errorf("the %q block after the marker is not closed", fence)
 	}
-	return rest[:end], nil
+	return rest[:end], rest[end+len("\n```\n"):], nil
 }
 
 // exampleBody returns the source text inside the braces of the function
@@ -105,6 +119,22 @@ func codeLines(code string) []string {
 		}
 		if line != "" {
 			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// outputLines returns the lines of an Example's "// Output:" comment.
+func outputLines(body string) []string {
+	var lines []string
+	in := false
+	for _, line := range strings.Split(body, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "// Output:":
+			in = true
+		case in && strings.HasPrefix(line, "//"):
+			lines = append(lines, strings.TrimSpace(strings.TrimPrefix(line, "//")))
 		}
 	}
 	return lines
