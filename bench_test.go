@@ -16,8 +16,8 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// The benchmarks run on the real redis-server the tests start; the README
-// gives the command that reproduces its figures.
+// The benchmarks run on the real redis-server the tests start;
+// docs/benchmarks.md gives the commands that reproduce its figures.
 
 // BenchmarkAcquireRelease measures an uncontended cycle: TryAcquire (lock
 // and token in one script) then Release.

@@ -14,6 +14,43 @@ import (
 	"github.com/fencedlock/fencedlock"
 )
 
+// The README's quick start: every write carries the lock's token, and the
+// store refuses the write of a holder whose lock has expired.
+func Example_staleWriteRefused() {
+	ctx := context.Background()
+	mr, err := miniredis.Run() // an embedded Redis; use your own Redis's address
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()}) // any redis.UniversalClient
+	defer client.Close()
+	locker := fencedlock.New(client)
+	store := fencedlock.NewRedisStore(client) // or sqlstore, or your own Store
+
+	a, err := locker.TryAcquire(ctx, "order-queue", 10*time.Second)
+	if err != nil {
+		log.Fatal(err) // ErrNotAcquired: another owner holds it
+	}
+	fmt.Println("A writes:", store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001")))
+
+	// A pauses (GC, SIGSTOP) past its TTL: the lock expires and B takes it.
+	mr.FastForward(11 * time.Second)
+	b, err := locker.TryAcquire(ctx, "order-queue", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("B writes:", store.Put(ctx, "order-queue", b.Token(), []byte("orders: 1001, 1002")))
+
+	// A resumes, still believing it holds the lock, and writes: refused.
+	err = store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001, 1003"))
+	fmt.Println("A's late write refused:", errors.Is(err, fencedlock.ErrStaleToken))
+	// Output:
+	// A writes: <nil>
+	// B writes: <nil>
+	// A's late write refused: true
+}
+
 // The quick start: acquire a lock, write with its token, release.
 func Example() {
 	mr := miniredis.NewMiniRedis()
