@@ -1,6 +1,7 @@
 package fencedlock_test
 
 import (
+	"context"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -10,7 +11,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
 // quickStartMarker precedes the README's quick start, a Go code block
@@ -240,4 +245,143 @@ func headingAnchors(text string) map[string]bool {
 		anchors[b.String()] = true
 	}
 	return anchors
+}
+
+// documentedKeys reads the key tables of docs/redis.md's "Keys" section:
+// each row's key pattern (P the prefix, R the resource, K another
+// library's lock key, <...> any text) as a regexp, with its Redis type.
+func documentedKeys(t *testing.T, prefix, resource, otherKey string) map[*regexp.Regexp]string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("docs", "redis.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Keys\n")
+	if !ok {
+		t.Fatal("docs/redis.md has no \"## Keys\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)` \\| ([a-z ]+) \\|")
+	keys := make(map[*regexp.Regexp]string)
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		var re strings.Builder
+		re.WriteString("^")
+		for _, part := range regexp.MustCompile(`<[^>]+>|[PRK]|[^<PRK]+`).FindAllString(m[1], -1) {
+			switch {
+			case part == "P":
+				re.WriteString(regexp.QuoteMeta(prefix))
+			case part == "R":
+				re.WriteString(regexp.QuoteMeta(resource))
+			case part == "K":
+				re.WriteString(regexp.QuoteMeta(otherKey))
+			case strings.HasPrefix(part, "<"):
+				re.WriteString(".+")
+			default:
+				re.WriteString(regexp.QuoteMeta(part))
+			}
+		}
+		re.WriteString("$")
+		keys[regexp.MustCompile(re.String())] = strings.TrimSpace(m[2])
+	}
+	if len(keys) < 6 {
+		t.Fatalf("docs/redis.md's key tables have %d rows; want at least 6", len(keys))
+	}
+	return keys
+}
+
+// TestKeysAreDocumented checks that every key a Locker, IssueToken and a
+// RedisStore write for a resource has a row, with its type, in the key
+// tables of docs/redis.md: a holder, a waiter from another process, a
+// token issued for another library's lock, and a stored value.
+func TestKeysAreDocumented(t *testing.T) {
+	b := redistest.Real(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const resource, otherKey = "orders", "locks:{invoices}"
+	holder := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+	waiter := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+	store := fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix))
+
+	lock, err := holder.TryAcquire(ctx, resource, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, resource, lock.Token(), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.Set(ctx, otherKey, "grant-1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Client.Del(context.Background(), otherKey) })
+	if _, err := holder.IssueToken(ctx, otherKey, "grant-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(waitCtx, resource, time.Minute)
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		waited <- err
+	}()
+	defer func() {
+		stopWaiting()
+		<-waited
+	}()
+
+	// The waiter is queued once the queue key exists.
+	var keys []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		keys, err = b.Client.Keys(ctx, b.Prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slicesContains(keys, b.Prefix+":{"+resource+"}:queue") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	documented := documentedKeys(t, b.Prefix, resource, otherKey)
+	seen := make(map[*regexp.Regexp]bool)
+	for _, key := range keys {
+		typ, err := b.Client.Type(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row *regexp.Regexp
+		for re := range documented {
+			if re.MatchString(key) {
+				row = re
+			}
+		}
+		switch {
+		case row == nil:
+			t.Errorf("key %s (a %s) is not in docs/redis.md's key tables", key, typ)
+		case redisType[documented[row]] != typ:
+			t.Errorf("key %s is a %s; docs/redis.md says %s", key, typ, documented[row])
+		default:
+			seen[row] = true
+		}
+	}
+	// Every documented key but the marker of an abandoned attempt was
+	// written: the tables match what the scenario covers.
+	for re := range documented {
+		if !seen[re] && !strings.Contains(re.String(), "abandoned") {
+			t.Errorf("docs/redis.md lists %s, which the scenario did not write (keys: %v)", re, keys)
+		}
+	}
+}
+
+// redisType maps the types docs/redis.md names to those TYPE returns.
+var redisType = map[string]string{"string": "string", "hash": "hash", "sorted set": "zset", "set": "set", "list": "list"}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
