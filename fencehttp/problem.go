@@ -27,7 +27,9 @@ const (
 	// matching fencedlock.ErrStaleToken. The problem carries the members
 	// "resource" (a string), "token" (the rejected token) and "current"
 	// (the token the store holds), the tokens as decimal strings, because
-	// many JSON decoders round numbers above 2^53.
+	// many JSON decoders round numbers above 2^53. The resource is a JSON
+	// string, so the bytes of a name that are not valid UTF-8 arrive as
+	// U+FFFD.
 	StaleTokenType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#StaleTokenType"
 
 	// InvalidTokenType is the problem type of 400 Bad Request for an error
