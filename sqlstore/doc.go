@@ -70,8 +70,9 @@
 //   - Other database errors are wrapped as they are. Retry these: in
 //     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
 //     failure (SQLSTATE 40001) of a Tx or Put that waited for another on
-//     its resource; in MySQL, a lock wait timeout (1205), and a deadlock
-//     (1213) in fn or after Put and Tx tried again 10 times.
+//     its resource, which wrote nothing; in MySQL, a lock wait timeout
+//     (1205), and a deadlock (1213) in fn or after Put and Tx tried
+//     again 10 times.
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
 // io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
