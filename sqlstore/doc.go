@@ -27,6 +27,11 @@
 // github.com/lib/pq or github.com/jackc/pgx/v5/stdlib for [Postgres],
 // github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB).
 //
+// https://github.com/fencedlock/fencedlock/blob/main/docs/stores.md gives
+// the token rule that every store applies, and
+// https://github.com/fencedlock/fencedlock/blob/main/docs/benchmarks.md
+// measures Put and Tx.
+//
 // # Writing in Tx
 //
 // fn does all its work through tx, with ctx (tx.ExecContext and
@@ -129,6 +134,38 @@
 // forgets the fence, and the next Put or Tx on the resource is accepted
 // with any token, so that a holder whose lock expired long ago can write
 // again.
+//
+// # SQL
+//
+// In SQLite and PostgreSQL, Put is one statement, which writes the value
+// only when the token is not below the fence and returns the fence it
+// leaves (a fence above the token means the Put was refused):
+//
+//	INSERT INTO fencedlock_fences AS f (resource, fence, value, value_token)
+//	VALUES ($1, $2, $3, $2)
+//	ON CONFLICT (resource) DO UPDATE SET
+//		value = CASE WHEN f.fence <= excluded.fence THEN excluded.value ELSE f.value END,
+//		value_token = CASE WHEN f.fence <= excluded.fence THEN excluded.value_token ELSE f.value_token END,
+//		fence = GREATEST(f.fence, excluded.fence)  -- max(...) in SQLite
+//	RETURNING fence
+//
+// MySQL has no RETURNING: there Put is a transaction of two statements,
+// the upsert and a read of the fence under the row lock it took:
+//
+//	INSERT INTO fencedlock_fences (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
+//	ON DUPLICATE KEY UPDATE
+//		value = IF(fence <= ?, ?, value),
+//		value_token = IF(fence <= ?, ?, value_token),
+//		fence = GREATEST(fence, ?)
+//	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
+//
+// (MySQL runs the assignments of an UPDATE in order, each seeing those
+// before it: the fence is assigned last.)
+//
+// Tx begins its transaction with the same statements without value and
+// value_token, which raise the fence and return it, and calls fn only
+// when the fence is not above the token. Get is one SELECT of value and
+// value_token.
 //
 // # SQLite
 //

@@ -10,20 +10,13 @@ import (
 // MySQL has no RETURNING. (MariaDB has INSERT ... RETURNING from 10.5 on,
 // but the dialect is one set of statements for both.) So the fence an
 // upsert leaves is read by a second statement of its transaction, under
-// the lock the upsert took. Put is a transaction of two statements, and
-// Tx begins with the same two (without value and value_token), then calls
-// fn:
-//
-//	INSERT INTO fencedlock_fences (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
-//	ON DUPLICATE KEY UPDATE
-//		value = IF(fence <= ?, ?, value),
-//		value_token = IF(fence <= ?, ?, value_token),
-//		fence = GREATEST(fence, ?)
-//	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
-//
-// (MySQL runs the assignments of an UPDATE in order, each seeing those
-// before it: the fence is assigned last.) This relies on what InnoDB
-// does, on MySQL 8.0 and later and MariaDB 10.6 and later:
+// the lock the upsert took. Put is a transaction of two statements, the
+// upsert and SELECT ... FOR UPDATE of the fence (the package
+// documentation shows both), and Tx begins with the same two (without
+// value and value_token), then calls fn. (MySQL runs the assignments of
+// an UPDATE in order, each seeing those before it: the fence is assigned
+// last.) This relies on what InnoDB does, on MySQL 8.0 and later and
+// MariaDB 10.6 and later:
 //
 //   - The upsert takes an exclusive lock on the row's primary key record,
 //     inserting the row or, when the row exists, waiting for the

@@ -52,23 +52,14 @@ var _ fencedlock.Store = (*Store)(nil)
 
 // How Put and Tx keep the tokens of a resource in order.
 //
-// Put is one statement (in SQLite and PostgreSQL), an upsert that writes
-// the value and its token only when the token is not below the fence,
-// raises the fence to the token, and returns the fence it leaves:
-//
-//	INSERT INTO fencedlock_fences AS f (resource, fence, value, value_token)
-//	VALUES ($1, $2, $3, $2)
-//	ON CONFLICT (resource) DO UPDATE SET
-//		value = CASE WHEN f.fence <= excluded.fence THEN excluded.value ELSE f.value END,
-//		value_token = CASE WHEN f.fence <= excluded.fence THEN excluded.value_token ELSE f.value_token END,
-//		fence = GREATEST(f.fence, excluded.fence)  -- max(...) in SQLite
-//	RETURNING fence
-//
-// A returned fence above the token means the Put was refused, and the row
-// is as it was. Get is one SELECT of value and value_token, so it never
-// sees one without the other. MySQL has no RETURNING: there Put is a
-// transaction of the upsert and a read of the fence under its lock (see
-// mysql.go).
+// Put is one statement in SQLite and PostgreSQL (the package
+// documentation shows it): an upsert that writes the value and its token
+// only when the token is not below the fence, raises the fence to the
+// token, and returns the fence it leaves. A returned fence above the
+// token means the Put was refused, and the row is as it was. Get is one
+// SELECT of value and value_token, so it never sees one without the
+// other. MySQL has no RETURNING: there Put is a transaction of the upsert
+// and a read of the fence under its lock (see mysql.go).
 //
 // Tx begins a transaction whose first statement is an upsert that raises
 // the fence (INSERT ... ON CONFLICT (resource) DO UPDATE SET fence =
