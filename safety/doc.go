@@ -3,7 +3,7 @@
 // under faults, record what every client saw, and check the histories
 // mechanically. See
 // https://github.com/fencedlock/fencedlock/blob/main/docs/safety.md for
-// the suite in depth.
+// what the suite does and what a long run found.
 //
 // The promise under test: a fenced store never accepts a write whose
 // token is lower than one it already accepted for that resource, whatever
