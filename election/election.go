@@ -520,9 +520,9 @@ func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, er
 	}
 }
 
-// redisErr is the error of a failed round trip: fencedlock.ErrCorrupt
+// redisErr is the error of a failed round trip: [fencedlock.ErrCorrupt]
 // when a key holds a value of another type, else
-// fencedlock.ErrUnavailable, with the cause.
+// [fencedlock.ErrUnavailable], with the cause.
 func redisErr(what string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %s: %w", fencedlock.ErrCorrupt, what, err)

@@ -22,12 +22,12 @@ import (
 //	fencedlock.ErrUnavailable             503     about:blank       none
 //	any other error                       500     about:blank       none
 //
-// For a *fencedlock.StaleTokenError in err's chain, the 409 problem holds
+// For a [*fencedlock.StaleTokenError] in err's chain, the 409 problem holds
 // its Resource, Token and Current, which CheckResponse turns back into an
 // equal *StaleTokenError, and its own Error text as the detail, not the
 // text of the errors that wrap it. An error matching ErrStaleToken
 // without one gets a 409 problem without tokens, whose detail is the text
-// of fencedlock.ErrStaleToken alone. A nil *StaleTokenError anywhere in
+// of [fencedlock.ErrStaleToken] alone. A nil *StaleTokenError anywhere in
 // err's chain is a bug in the handler, which has no tokens to report:
 // WriteError answers it with 500.
 //
@@ -114,7 +114,7 @@ func detailOf(err error) string { return fmt.Sprint(err) }
 
 // hasNilStale reports whether err's chain, followed through Unwrap() error
 // and Unwrap() []error as errors.As follows it, holds a nil
-// *fencedlock.StaleTokenError.
+// [*fencedlock.StaleTokenError].
 func hasNilStale(err error) bool {
 	for err != nil {
 		if s, ok := err.(*fencedlock.StaleTokenError); ok && s == nil {

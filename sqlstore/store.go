@@ -20,24 +20,24 @@ const DefaultTable = "fencedlock_fences"
 
 // MaxToken is the highest token a Store accepts: the largest SQL BIGINT,
 // 2^63-1. Put and Tx refuse a higher token with an error wrapping
-// fencedlock.ErrInvalidToken. Tokens a Locker seeds from the Redis clock
+// [fencedlock.ErrInvalidToken]. Tokens a Locker seeds from the Redis clock
 // (microseconds) stay far below it.
 const MaxToken fencedlock.Token = math.MaxInt64
 
 // MaxResourceLen is the longest resource name a Store accepts, in bytes:
-// fencedlock.MaxResourceLen, the limit of the whole library. (PostgreSQL
+// [fencedlock.MaxResourceLen], the limit of the whole library. (PostgreSQL
 // cannot index much longer keys: a B-tree entry holds at most about 2700
 // bytes; InnoDB's keys hold at most 3072 bytes, and the MySQL table's
 // resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
-// Store is a fencedlock.Store in a SQL database, whose Tx also fences the
+// Store is a [fencedlock.Store] in a SQL database, whose Tx also fences the
 // caller's own SQL writes. Every resource has one row in the Store's table:
 // see the package documentation for the schema and the locking.
 //
 // Make a Store with New or NewContext. The zero Store and a nil *Store
 // have no database: their methods return errors wrapping
-// fencedlock.ErrInvalidArgument.
+// [fencedlock.ErrInvalidArgument].
 //
 // A Store is safe for concurrent use by multiple goroutines, and by
 // multiple processes that share the database.
@@ -116,11 +116,11 @@ type config struct {
 // schema.table), of lower-case ASCII letters, digits and underscores, each
 // starting with a letter or underscore and at most 63 bytes long; the
 // Store quotes them in its SQL. Any other name makes New return an error
-// wrapping fencedlock.ErrInvalidArgument.
+// wrapping [fencedlock.ErrInvalidArgument].
 //
 // The schema must be one that every connection of the pool sees alike, so
 // that all of them share the fences. New refuses, with an error wrapping
-// fencedlock.ErrInvalidArgument, the schemas of a connection's own
+// [fencedlock.ErrInvalidArgument], the schemas of a connection's own
 // temporary tables: "temp" in SQLite, and "pg_temp" and the other names
 // starting with "pg_temp" in PostgreSQL. In SQLite a schema other than
 // "main" is an attached database, and ATTACH holds for one connection
@@ -170,11 +170,11 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
 // other than SQLite, Postgres and MySQL, or an invalid option (a table in a
 // connection's temporary schema included: see WithTable) returns an error
-// wrapping fencedlock.ErrInvalidArgument, before the database is used. A
+// wrapping [fencedlock.ErrInvalidArgument], before the database is used. A
 // failure to create or check the table returns the database's error,
 // wrapped; the table may then exist or not. A database that cannot be
 // reached, or does not answer before ctx ends, gives an error wrapping
-// fencedlock.ErrUnavailable and the cause (see Store.Put); NewContext
+// [fencedlock.ErrUnavailable] and the cause (see Store.Put); NewContext
 // returns by ctx's deadline whatever the driver does, and the work it
 // leaves in the background ends when the database answers or the
 // connection closes.
@@ -296,7 +296,7 @@ func (s *Store) check(resource string) error {
 }
 
 // checkToken returns the error for a token the Store cannot take: zero
-// (the error of fencedlock.CheckToken) or above MaxToken.
+// (the error of [fencedlock.CheckToken]) or above MaxToken.
 func checkToken(resource string, token fencedlock.Token) error {
 	if token == 0 {
 		return fencedlock.CheckToken(resource, token, 0)
@@ -316,29 +316,29 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 	return fencedlock.Token(v), nil
 }
 
-// Put implements fencedlock.Store. It stores value and token in
+// Put implements [fencedlock.Store]. It stores value and token in
 // resource's row if token is not below the row's fence, the highest token
 // any accepted Put or committed Tx has used on the resource, and raises
 // the fence to token, atomically. A lower token returns the
-// *fencedlock.StaleTokenError of fencedlock.CheckToken, whose Current is
+// [*fencedlock.StaleTokenError] of [fencedlock.CheckToken], whose Current is
 // the fence, and changes nothing. A nil value is stored as an empty one;
 // Put keeps a copy of value, not value itself.
 //
 // A zero token or one above MaxToken returns an error wrapping
-// fencedlock.ErrInvalidToken; an empty resource, one longer than
+// [fencedlock.ErrInvalidToken]; an empty resource, one longer than
 // MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
-// wrapping fencedlock.ErrInvalidArgument. A ctx that has ended before the
+// wrapping [fencedlock.ErrInvalidArgument]. A ctx that has ended before the
 // call returns ctx.Err() as it is. Nothing is sent in these cases.
 //
 // A database that cannot be reached or whose connection breaks, a driver
 // error whose SQLSTATE says so (class 08, 57P01-57P03, 53300), a MySQL
 // error that says so (e.g. 1040 too many connections; the package
 // documentation lists them), and a ctx that ends while the database
-// works, give an error wrapping fencedlock.ErrUnavailable together with
+// works, give an error wrapping [fencedlock.ErrUnavailable] together with
 // the cause (the net error, the driver's error, ctx.Err()). Other
 // database errors are wrapped as they are. After such an error, or any
 // database error, the write may or may not have happened, or may still
-// happen: see fencedlock.Store. The fence check holds all the same.
+// happen: see [fencedlock.Store]. The fence check holds all the same.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
 // first, it returns at once and leaves the statement to the driver, which
@@ -389,11 +389,11 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 	return fence, nil
 }
 
-// Get implements fencedlock.Store. It returns the value of resource's
+// Get implements [fencedlock.Store]. It returns the value of resource's
 // row and the token that wrote it, which is lower than the row's fence
 // when a Tx with a higher token committed since (see Fence). A resource whose
 // row has a fence but no value yet (only Tx used it) returns an error
-// wrapping fencedlock.ErrNotFound, like one without a row. Invalid names
+// wrapping [fencedlock.ErrNotFound], like one without a row. Invalid names
 // and database errors are those of Put, ErrUnavailable included, and Get
 // too returns by ctx's deadline.
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
@@ -432,7 +432,7 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 // Fence returns resource's fence: the highest token that an accepted Put
 // or a committed Tx has used on it, which every later Put and Tx must
 // match or exceed. A resource that no accepted Put or committed Tx has
-// used returns an error wrapping fencedlock.ErrNotFound. When the fence is higher than any token the
+// used returns an error wrapping [fencedlock.ErrNotFound]. When the fence is higher than any token the
 // Locker hands out (its counter was lost), pass it to Locker.Advance.
 // Errors are those of Get, and Fence too returns by ctx's deadline.
 func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
@@ -462,11 +462,11 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 // to token, runs fn, and commits, so that fn's writes and the new fence
 // are committed together or not at all. An equal token passes.
 //
-// A token below the fence returns the *fencedlock.StaleTokenError of
-// fencedlock.CheckToken, whose Current is the fence, without calling fn,
+// A token below the fence returns the [*fencedlock.StaleTokenError] of
+// [fencedlock.CheckToken], whose Current is the fence, without calling fn,
 // and nothing is written. A zero token, one above MaxToken, an invalid
 // resource (see Put) or a nil fn returns an error wrapping
-// fencedlock.ErrInvalidToken or fencedlock.ErrInvalidArgument without
+// [fencedlock.ErrInvalidToken] or [fencedlock.ErrInvalidArgument] without
 // touching the database. A ctx that has ended before the call returns
 // ctx.Err() as it is, without calling fn.
 //
@@ -475,7 +475,7 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 // back and the panic goes on. The database errors of Tx's own statements
 // (begin, raise, commit) are those of Put: a database that cannot be
 // reached, a broken connection and a ctx that ends before the commit give
-// errors wrapping fencedlock.ErrUnavailable and the cause. A failed commit
+// errors wrapping [fencedlock.ErrUnavailable] and the cause. A failed commit
 // returns the database's error, wrapped; whether the transaction was
 // committed is then unknown only when the connection broke during the
 // commit, or ctx ended while it ran. fn is called at most once: in MySQL,
@@ -483,7 +483,7 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 //
 // Tx returns by ctx's deadline whatever the driver or fn does. When ctx
 // ends first, Tx returns at once with an error wrapping
-// fencedlock.ErrUnavailable and ctx.Err(); fn may still be running, in a
+// [fencedlock.ErrUnavailable] and ctx.Err(); fn may still be running, in a
 // goroutine of its own, but its transaction is doomed: database/sql rolls
 // back a transaction whose ctx has ended and refuses its commit, so
 // nothing fn wrote is committed. A panic of fn after Tx has returned goes
