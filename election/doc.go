@@ -1,25 +1,52 @@
 // Package election elects one leader at a time among candidates, and
 // gives each term a fencing token that makes the leader's writes safe.
 //
-// Candidates campaign for an office named in Redis through their
-// fencedlock.Locker; the first in line is elected, the others wait in
-// order. The leader keeps its lease with a heartbeat. When it resigns,
-// the release hands the office to the next candidate at once; when it
-// dies, the office passes when its lease (WithTTL) runs out.
+// Candidates campaign for an office, named in Redis, through their
+// [fencedlock.Locker]; the first in line is elected and the others wait
+// in order. The leader keeps its lease with a heartbeat. When it resigns,
+// the next candidate is elected at once; when it dies, the office passes
+// when its lease ([WithTTL]) runs out.
+//
+// # Usage
+//
+// [Election.Run] is the whole loop: campaign, lead, campaign again.
 //
 //	e := election.New(locker, "scheduler")
 //	err := e.Run(ctx, hostname, func(ctx context.Context, term *election.Term) error {
-//		// the leader's work; every write carries term.Token()
+//		// The leader's work; every write carries term.Token().
 //		return store.Put(ctx, "schedule", term.Token(), plan)
 //	})
+//
+// [Election.Campaign] returns a [Term] for callers that manage it
+// themselves: watch [Term.Done], write with [Term.Token], and end it with
+// [Term.Resign]. [Election.Leader] and [Election.Observe] tell who leads,
+// for display and routing.
+//
+// # Errors
+//
+//   - A write refused with [fencedlock.ErrStaleToken]: a later term has
+//     written, so this term is over. Stop leading; Run campaigns again.
+//   - [Term.Done] closed, [Term.Err] or fn's [context.Cause] matching
+//     [fencedlock.ErrLockLost]: the term ended. Stop the leader's work.
+//   - [fencedlock.ErrUnavailable]: Redis could not be reached or did not
+//     answer in time. Try again later (Run does).
+//   - [fencedlock.ErrNotAcquired] with ctx's error: Campaign's ctx ended
+//     before it was elected. It left no trace in the line.
+//   - [ErrNoLeader]: the office is vacant.
+//   - [fencedlock.ErrInvalidArgument]: a bad name, option or value; nothing
+//     was sent.
+//
+// See https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md
+// for all the errors of the library.
 //
 // # What is guaranteed
 //
 //   - Each term's token is higher than every earlier term's, in the same
 //     election.
-//   - A fenced store (fencedlock.Store, sqlstore, fencehttp) refuses a write
-//     whose token is lower than one it has accepted: once a newer leader has
-//     written, nothing an older leader sends is applied.
+//   - A fenced store ([fencedlock.Store], package sqlstore, or a service
+//     using package fencehttp) refuses a write whose token is lower than
+//     one it has accepted: once a newer leader has written, nothing an
+//     older leader sends is applied.
 //   - A leader cut off from Redis learns that its term ended (Done closes,
 //     Run cancels fn's ctx with a cause matching fencedlock.ErrLockLost)
 //     before its lease runs out in Redis, so before another candidate can be
@@ -42,5 +69,8 @@
 // counter and queue) plus a leader record holding the leader's token and
 // value, all in the name's hash slot, and announces new leaders on a
 // classic pub/sub channel. The record expires once the election has been
-// idle for fencedlock.DefaultIdleExpiry.
+// idle for [fencedlock.DefaultIdleExpiry]. Candidates wait in line as the
+// Locker's waiters do: see
+// https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md and
+// https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 package election

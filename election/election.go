@@ -92,7 +92,7 @@ func WithHeartbeat(interval time.Duration) Option {
 // New returns the election named name (a resource name of locker:
 // candidates of one election use Lockers with the same prefix). It does
 // not contact Redis. A nil locker, a bad name or bad options make every
-// call return an error wrapping fencedlock.ErrInvalidArgument (Observe
+// call return an error wrapping [fencedlock.ErrInvalidArgument] (Observe
 // returns a closed channel).
 func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	e := &Election{locker: locker, name: name, ttl: DefaultTTL}
@@ -181,8 +181,8 @@ func (t *Term) Done() <-chan struct{} {
 	return t.lock.Done()
 }
 
-// Err returns nil while the term lasts; then fencedlock.ErrReleased after
-// Resign, or an error matching fencedlock.ErrLockLost (with why) when the
+// Err returns nil while the term lasts; then [fencedlock.ErrReleased] after
+// Resign, or an error matching [fencedlock.ErrLockLost] (with why) when the
 // term was lost.
 func (t *Term) Err() error {
 	if t == nil {
@@ -193,9 +193,9 @@ func (t *Term) Err() error {
 
 // Resign ends the term and lets the next candidate in line be elected at
 // once. It returns nil when it ended the term, an error matching
-// fencedlock.ErrLockLost when the term had already ended by loss, one
-// matching ErrReleased when it was resigned before, and one matching
-// fencedlock.ErrUnavailable when Redis did not answer: the term then ends
+// [fencedlock.ErrLockLost] when the term had already ended by loss, one
+// matching [fencedlock.ErrReleased] when it was resigned before, and one
+// matching [fencedlock.ErrUnavailable] when Redis did not answer: the term then ends
 // when its lease runs out, and Resign may be called again.
 func (t *Term) Resign(ctx context.Context) error {
 	if t == nil {
@@ -227,10 +227,12 @@ func (t *Term) keep() {
 // report value with the term's token.
 //
 // When ctx ends first, the error wraps ctx's error (and
-// fencedlock.ErrNotAcquired), and the campaign leaves no trace: it is
+// [fencedlock.ErrNotAcquired]), and the campaign leaves no trace: it is
 // never elected later. When Redis cannot be reached the error wraps
-// fencedlock.ErrUnavailable. A value longer than MaxValueLen is an error
-// wrapping fencedlock.ErrInvalidArgument.
+// [fencedlock.ErrUnavailable]. An error matching [fencedlock.ErrLockLost]
+// means the term ended before it was announced: the candidate holds no
+// term and may campaign again. A value longer than [MaxValueLen] is an
+// error wrapping [fencedlock.ErrInvalidArgument].
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := e.ready(); err != nil {
 		return nil, err
@@ -277,7 +279,7 @@ type Leader struct {
 }
 
 // Leader returns the current leader, in one read-only round trip, or an
-// error wrapping ErrNoLeader when the office is vacant (or a new leader's
+// error wrapping [ErrNoLeader] when the office is vacant (or a new leader's
 // Campaign has not yet returned). It is a snapshot: the leader may change
 // right after.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
@@ -397,18 +399,24 @@ func (e *Election) current(ctx context.Context) (Leader, bool) {
 	}
 }
 
-// Run campaigns with value and, while elected, runs fn with the term and
-// a ctx that is cancelled when the term ends, with a cause matching
-// fencedlock.ErrLockLost when it was lost (read it with context.Cause).
-// fn must stop when it is: the term's token keeps a fenced store safe
-// from its late writes, but nothing else is. When fn returns, Run resigns
-// if still leader and campaigns again. It returns when ctx ends, with
-// ctx's error, or when fn returns an error while its term lasts, with that
-// error (after resigning). An fn that returns because its term ended
-// does not stop Run: it campaigns again. So does an fn whose error
-// matches fencedlock.ErrStaleToken: a store holds a later term's write,
-// so this term is over even if its heartbeat has not yet found out. A campaign that fails because
-// Redis cannot be reached is tried again, after a pause that grows to 5s.
+// Run campaigns with value and, each time it is elected, runs fn with the
+// term, then resigns if still leader and campaigns again. It returns when
+// ctx ends, with ctx's error, or when fn returns an error while its term
+// lasts, with that error (after resigning). A nil fn or a value longer
+// than MaxValueLen returns an error wrapping
+// [fencedlock.ErrInvalidArgument] at once.
+//
+// fn's ctx is cancelled when the term ends, with a cause matching
+// [fencedlock.ErrLockLost] when it was lost (read it with
+// [context.Cause]). fn must stop when it is: the term's token keeps a
+// fenced store safe from its late writes, but nothing else is. An fn that
+// returns because its term ended does not stop Run: it campaigns again.
+// So does an fn whose error matches [fencedlock.ErrStaleToken]: a store
+// holds a later term's write, so this term is over even if its heartbeat
+// has not yet found out. A campaign that fails because Redis cannot be
+// reached ([fencedlock.ErrUnavailable]), or whose grant was lost or not
+// confirmed by replicas, is tried again after a pause that grows to 5s;
+// any other campaign error is returned.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -512,9 +520,9 @@ func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, er
 	}
 }
 
-// redisErr is the error of a failed round trip: fencedlock.ErrCorrupt
+// redisErr is the error of a failed round trip: [fencedlock.ErrCorrupt]
 // when a key holds a value of another type, else
-// fencedlock.ErrUnavailable, with the cause.
+// [fencedlock.ErrUnavailable], with the cause.
 func redisErr(what string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %s: %w", fencedlock.ErrCorrupt, what, err)

@@ -69,3 +69,75 @@ func Example() {
 	// next leader: host-b with a higher token: true
 	// host-a's late write refused: true
 }
+
+// Run campaigns, runs fn while elected, and campaigns again when fn
+// returns; an error from fn ends Run after resigning.
+func ExampleElection_Run() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	store := fencedlock.NewRedisStore(client)
+
+	e := election.New(fencedlock.New(client), "scheduler")
+	errStop := errors.New("stop")
+	err := e.Run(ctx, "host-a", func(ctx context.Context, term *election.Term) error {
+		if err := store.Put(ctx, "plan", term.Token(), []byte("plan by "+term.Value())); err != nil {
+			return err
+		}
+		return errStop // one term is enough here
+	})
+	fmt.Println("Run:", err)
+
+	plan, _, err := store.Get(ctx, "plan")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("plan: %s\n", plan)
+	_, err = e.Leader(ctx)
+	fmt.Println("resigned:", errors.Is(err, election.ErrNoLeader))
+	// Output:
+	// Run: stop
+	// plan: plan by host-a
+	// resigned: true
+}
+
+// Observe delivers the current leader, then each new one.
+func ExampleElection_Observe() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	e := election.New(fencedlock.New(client), "scheduler")
+	first, err := e.Campaign(ctx, "host-a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	leaders := e.Observe(ctx)
+	fmt.Println("leader:", (<-leaders).Value)
+
+	if err := first.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	second, err := e.Campaign(ctx, "host-b")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", (<-leaders).Value)
+	if err := second.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// leader: host-a
+	// leader: host-b
+}

@@ -11,6 +11,12 @@
 //	locker := fencedlock.New(client, fencedlock.WithObserver(obs))
 //	store := fencedlock.ObserveStore(fencedlock.NewRedisStore(client), obs)
 //
+// [NewObserver] fails only when a provider gives no Meter or Tracer, or
+// refuses an instrument; [WithMeterProvider] and [WithTracerProvider] name
+// providers other than the global ones. Recording does no I/O on the
+// caller's goroutine unless a span processor exports there (see
+// [Observer]).
+//
 // # Metrics
 //
 // Their names, units and attributes are stable:
@@ -63,28 +69,23 @@
 // commands its operation sends get the span in their ctx, so a go-redis
 // tracing hook makes them its children. fencedlock.token is an int64
 // when the token is at most math.MaxInt64, and its decimal string above
-// (no token shows as a negative number).
-//
-// The attributes are set once a span has started and only if it
-// records, so a sampler does not see them, and a span that is not
-// sampled, or a no-op tracer's, costs no more than starting it.
-//
-// An Observer ends only the spans it started itself: it keeps each in
-// the operation's ctx under a context key of its own, and an end event
-// whose ctx holds no span under its key ends nothing, whatever span of
-// the caller's (or of another Observer's) the ctx holds.
+// (no token shows as a negative number). Attributes are set only on a
+// span that records, so a span that is not sampled costs no more than
+// starting it, and a sampler does not see them. An Observer ends only
+// the spans it started itself, never one of the caller's.
 //
 // A release that hands the lock to a waiter adds the span event
-// fencedlock.hand_over, with the new holder's fencedlock.token, to the
-// span in its ctx while that span records: the release's own span (or,
-// when a waiter giving up hands on a lock granted to it meanwhile, its
-// acquire span, if not ended yet).
+// fencedlock.hand_over ([EventHandOver]), with the new holder's
+// fencedlock.token, to the release's span; when a waiter that gives up
+// hands on a lock granted to it meanwhile, to its acquire span, if not
+// ended yet. See
+// https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md for
+// hand-overs.
 //
-// A failed heartbeat refresh (one that will be tried again) is not
-// recorded at all: it happens on the heartbeat's goroutine, outside any
-// operation's ctx. The end of a lock, released or lost, makes no span
-// and no span event, since the Locker reports it outside any operation's
-// ctx too; it shows in fencedlock.lock.held, fencedlock.lock.hold.duration
-// and fencedlock.lock.lost, and a Release that finds the lock lost fails
-// its fencedlock.release span.
+// Heartbeat refreshes, and the end of a lock, released or lost, happen
+// outside any operation's ctx: they make no span and no span event. A
+// failed refresh that will be tried again is not recorded at all; the
+// end of a lock shows in fencedlock.lock.held,
+// fencedlock.lock.hold.duration and fencedlock.lock.lost, and a Release
+// that finds the lock lost fails its fencedlock.release span.
 package fencedotel

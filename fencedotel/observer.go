@@ -15,10 +15,10 @@ import (
 // tracer: the import path of this package.
 const ScopeName = "github.com/fencedlock/fencedlock/fencedotel"
 
-// Observer turns the events of a fencedlock.Locker, and of the stores
-// that fencedlock.ObserveStore wraps, into OpenTelemetry metrics and
+// Observer turns the events of a [fencedlock.Locker], and of the stores
+// that [fencedlock.ObserveStore] wraps, into OpenTelemetry metrics and
 // spans (see the package documentation for their names). It implements
-// fencedlock.Observer.
+// [fencedlock.Observer].
 //
 // An Observer is safe for concurrent use, and one may serve any number
 // of Lockers and stores: it is not changed after NewObserver. It takes
@@ -102,7 +102,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	}, nil
 }
 
-// Observe implements fencedlock.Observer: it records e in the metrics,
+// Observe implements [fencedlock.Observer]: it records e in the metrics,
 // and starts or ends a span. For EventAcquireStart, EventReleaseStart
 // and EventStoreWriteStart it returns ctx with the span it started;
 // for every other event, ctx. Kinds of events it does not know are

@@ -31,11 +31,11 @@ const (
 // proxy or another handler, a problem of another type, a body that is too
 // large or malformed. When the body is a problem of one of the types of
 // this package with its status, Err is the sentinel error the server's
-// error matched (fencedlock.ErrInvalidToken or fencedlock.ErrNotFound)
+// error matched ([fencedlock.ErrInvalidToken] or [fencedlock.ErrNotFound])
 // and errors.Is finds it through Unwrap; for a 502, 503 or 504 status, or
-// a body that failed to read, Err wraps fencedlock.ErrUnavailable; a 409 StaleTokenType problem
+// a body that failed to read, Err wraps [fencedlock.ErrUnavailable]; a 409 StaleTokenType problem
 // whose tokens are unusable, or whose "token" is not the token the
-// request sent, gives an Err that wraps fencedlock.ErrStaleToken and says
+// request sent, gives an Err that wraps [fencedlock.ErrStaleToken] and says
 // why.
 //
 // A StatusError holds copies of what it reports and is safe to share
@@ -59,7 +59,7 @@ type StatusError struct {
 
 	// Err is the error behind the status, or nil: the sentinel of a
 	// recognised problem, why the body could not be read or decoded, or
-	// why a stale-token problem gave no *fencedlock.StaleTokenError.
+	// why a stale-token problem gave no [*fencedlock.StaleTokenError].
 	Err error
 }
 
@@ -104,11 +104,11 @@ func quote(s string) string {
 // bytes of the body and returns an error:
 //
 //   - 409 with a StaleTokenType problem whose "token" and "current" are
-//     valid tokens, token below current: a *fencedlock.StaleTokenError
+//     valid tokens, token below current: a [*fencedlock.StaleTokenError]
 //     with the problem's resource and tokens, which matches
-//     fencedlock.ErrStaleToken with errors.Is. With tokens missing, zero,
+//     [fencedlock.ErrStaleToken] with errors.Is. With tokens missing, zero,
 //     malformed or in the wrong order, or a resource longer than
-//     fencedlock.MaxResourceLen: a *StatusError that matches
+//     [fencedlock.MaxResourceLen]: a *StatusError that matches
 //     ErrStaleToken (the server said so) but holds no tokens.
 //   - 409 with a StaleTokenType problem whose "token" is not the token
 //     the request sent, when resp.Request is not nil and carries exactly
@@ -117,12 +117,12 @@ func quote(s string) string {
 //     token of a response without a Request, or whose Request has no
 //     valid token, is not checked.
 //   - 400 with an InvalidTokenType problem: a *StatusError matching
-//     fencedlock.ErrInvalidToken; 404 with a NotFoundType problem, one
-//     matching fencedlock.ErrNotFound.
+//     [fencedlock.ErrInvalidToken]; 404 with a NotFoundType problem, one
+//     matching [fencedlock.ErrNotFound].
 //   - 502 Bad Gateway, 503 Service Unavailable (WriteError's answer to
-//     an error matching fencedlock.ErrUnavailable) and 504 Gateway
+//     an error matching [fencedlock.ErrUnavailable]) and 504 Gateway
 //     Timeout, whatever the body: a *StatusError matching
-//     fencedlock.ErrUnavailable. So does any response whose body fails
+//     [fencedlock.ErrUnavailable]. So does any response whose body fails
 //     to read (the answer was lost).
 //   - Anything else, including a 409 whose body is not a problem of
 //     StaleTokenType, a Content-Type other than application/problem+json
@@ -144,7 +144,7 @@ func quote(s string) string {
 // with a body that reads the bytes CheckResponse read, then the rest of
 // the original body, and whose Close closes the original body: the caller
 // can still read or decode the whole error body itself. A nil resp
-// returns an error wrapping fencedlock.ErrInvalidArgument; a nil
+// returns an error wrapping [fencedlock.ErrInvalidArgument]; a nil
 // resp.Body reads as empty and is left nil.
 func CheckResponse(resp *http.Response) error {
 	err := checkResponse(resp)

@@ -18,7 +18,7 @@ import (
 //
 // A request that gets no response (the server cannot be reached, the
 // connection breaks, req's context ends or the client's Timeout passes)
-// returns an error wrapping fencedlock.ErrUnavailable and the cause: the
+// returns an error wrapping [fencedlock.ErrUnavailable] and the cause: the
 // client's *url.Error, which wraps the net error or the context's error;
 // when req's context has ended, the error wraps its Err too. A 502, 503
 // or 504 status returns a *StatusError that matches ErrUnavailable too
@@ -28,7 +28,7 @@ import (
 // Do returns by the deadline of req's context, as http.Client does, also
 // while it reads an error response's body (an error whose body breaks
 // off matches ErrUnavailable too). A nil req returns an error
-// wrapping fencedlock.ErrInvalidArgument, with nothing sent. Do does not
+// wrapping [fencedlock.ErrInvalidArgument], with nothing sent. Do does not
 // check resource names: call CheckResource before building the request.
 func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 	if req == nil {
@@ -51,7 +51,7 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 }
 
 // unavailable wraps err, the failure of req's round trip, with
-// fencedlock.ErrUnavailable, and with req's context error when the
+// [fencedlock.ErrUnavailable], and with req's context error when the
 // context has ended and err does not wrap it. The URL of a *url.Error is
 // cut short: it may hold a long resource name.
 func unavailable(req *http.Request, err error) error {

@@ -143,3 +143,55 @@ func ExampleCheckResponse() {
 	// status: 409
 	// body: "username already taken\n", <nil>
 }
+
+// Do sends a write and returns the error that the response, or its
+// absence, means: a stale token, or a server that cannot be reached.
+func ExampleDo() {
+	store := fencedlock.NewMemoryStore()
+	if err := store.Put(context.Background(), "order-queue", 42, []byte("[1001,1003]")); err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, err := fencehttp.TokenFrom(r)
+		if err != nil {
+			fencehttp.WriteError(w, err)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "unreadable or too large body", http.StatusBadRequest)
+			return
+		}
+		if err := store.Put(r.Context(), "order-queue", token, body); err != nil {
+			fencehttp.WriteError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	url := srv.URL + "/queue"
+
+	put := func(token fencedlock.Token, value string) error {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, url, strings.NewReader(value))
+		if err != nil {
+			return err
+		}
+		fencehttp.SetToken(req, token)
+		resp, err := fencehttp.Do(srv.Client(), req)
+		if err != nil {
+			return err // resp is nil and its body closed
+		}
+		return resp.Body.Close()
+	}
+
+	fmt.Println("token 43:", put(43, "[1001,1004]"))
+	err := put(41, "[1001,1002]")
+	fmt.Println("token 41 stale:", errors.Is(err, fencedlock.ErrStaleToken))
+
+	srv.Close() // the service goes away
+	err = put(44, "[1001,1005]")
+	fmt.Println("server gone, unavailable:", errors.Is(err, fencedlock.ErrUnavailable))
+	// Output:
+	// token 43: <nil>
+	// token 41 stale: true
+	// server gone, unavailable: true
+}

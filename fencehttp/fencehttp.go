@@ -50,14 +50,14 @@ func SetTokenHeader(h http.Header, t fencedlock.Token) {
 }
 
 // TokenFrom returns the token in r's Fencing-Token header. It returns an
-// error wrapping fencedlock.ErrInvalidToken, whose text names the header,
+// error wrapping [fencedlock.ErrInvalidToken], whose text names the header,
 // when the header is missing, appears more than once, or holds anything
-// fencedlock.ParseToken refuses: an empty value, a value that is not a
+// [fencedlock.ParseToken] refuses: an empty value, a value that is not a
 // decimal number, one above 2^64-1, or zero. Spaces and tabs around the
 // value are ignored, as HTTP ignores them. WriteError answers such an
 // error with 400 Bad Request.
 //
-// A nil r returns an error wrapping fencedlock.ErrInvalidArgument, a bug
+// A nil r returns an error wrapping [fencedlock.ErrInvalidArgument], a bug
 // in the server's code, which WriteError answers with 500.
 func TokenFrom(r *http.Request) (fencedlock.Token, error) {
 	if r == nil {

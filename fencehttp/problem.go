@@ -24,19 +24,21 @@ const ProblemContentType = "application/problem+json"
 // sentinel error.
 const (
 	// StaleTokenType is the problem type of 409 Conflict for an error
-	// matching fencedlock.ErrStaleToken. The problem carries the members
+	// matching [fencedlock.ErrStaleToken]. The problem carries the members
 	// "resource" (a string), "token" (the rejected token) and "current"
 	// (the token the store holds), the tokens as decimal strings, because
-	// many JSON decoders round numbers above 2^53.
+	// many JSON decoders round numbers above 2^53. The resource is a JSON
+	// string, so the bytes of a name that are not valid UTF-8 arrive as
+	// U+FFFD.
 	StaleTokenType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#StaleTokenType"
 
 	// InvalidTokenType is the problem type of 400 Bad Request for an error
-	// matching fencedlock.ErrInvalidToken: a Fencing-Token header that is
+	// matching [fencedlock.ErrInvalidToken]: a Fencing-Token header that is
 	// missing or malformed (see TokenFrom), or a token the store refuses.
 	InvalidTokenType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#InvalidTokenType"
 
 	// NotFoundType is the problem type of 404 Not Found for an error
-	// matching fencedlock.ErrNotFound.
+	// matching [fencedlock.ErrNotFound].
 	NotFoundType = "https://pkg.go.dev/github.com/fencedlock/fencedlock/fencehttp#NotFoundType"
 )
 

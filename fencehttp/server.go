@@ -22,29 +22,29 @@ import (
 //	fencedlock.ErrUnavailable             503     about:blank       none
 //	any other error                       500     about:blank       none
 //
-// For a *fencedlock.StaleTokenError in err's chain, the 409 problem holds
+// For a [*fencedlock.StaleTokenError] in err's chain, the 409 problem holds
 // its Resource, Token and Current, which CheckResponse turns back into an
 // equal *StaleTokenError, and its own Error text as the detail, not the
 // text of the errors that wrap it. An error matching ErrStaleToken
 // without one gets a 409 problem without tokens, whose detail is the text
-// of fencedlock.ErrStaleToken alone. A nil *StaleTokenError anywhere in
+// of [fencedlock.ErrStaleToken] alone. A nil *StaleTokenError anywhere in
 // err's chain is a bug in the handler, which has no tokens to report:
 // WriteError answers it with 500.
 //
-// The "detail" of a 400 or 404 problem is err.Error(), the text the
-// client sees: do not wrap such errors with secrets. An error matching
-// fencedlock.ErrUnavailable (the store's database or Redis could not be
-// reached or did not answer in time) is 503 Service Unavailable, without
-// detail, which CheckResponse maps back to an error matching
-// ErrUnavailable. For the errors of
-// TokenFrom it only echoes the client's own input. A 500 problem has no
+// The detail of a 400 or 404 problem is err.Error(), which the client
+// sees: do not wrap such errors with secrets (for the errors of TokenFrom
+// it only echoes the client's own input). A 500 or 503 problem has no
 // detail, so that no internal error text (a database address, a Redis
-// error) reaches the client: log err yourself. fencedlock.ErrInvalidArgument
-// means that the server's own code misused an API (a nil database, a bad
-// table name, a TTL below 1 ms), not that the request was bad: it gets
-// 500, like context errors, ErrLockLost, ErrCorrupt and the other errors
-// of package fencedlock. A handler answers a client's bad input (a body
-// it cannot decode, say) itself, with http.Error and a 4xx status.
+// error) reaches the client: log err yourself. 503 Service Unavailable is
+// for an error matching [fencedlock.ErrUnavailable] (the store's database
+// or Redis could not be reached or did not answer in time), which
+// CheckResponse maps back to an error matching ErrUnavailable.
+// [fencedlock.ErrInvalidArgument] means that the server's own code misused
+// an API (a nil database, a bad table name, a TTL below 1 ms), not that
+// the request was bad: it gets 500, like context errors, ErrLockLost,
+// ErrCorrupt and the other errors of package fencedlock. A handler answers
+// a client's bad input (a body it cannot decode, say) itself, with
+// http.Error and a 4xx status.
 //
 // Call WriteError before anything is written to w: it sets Content-Type,
 // removes Content-Length and any Fencing-Token header the handler set
@@ -114,7 +114,7 @@ func detailOf(err error) string { return fmt.Sprint(err) }
 
 // hasNilStale reports whether err's chain, followed through Unwrap() error
 // and Unwrap() []error as errors.As follows it, holds a nil
-// *fencedlock.StaleTokenError.
+// [*fencedlock.StaleTokenError].
 func hasNilStale(err error) bool {
 	for err != nil {
 		if s, ok := err.(*fencedlock.StaleTokenError); ok && s == nil {

@@ -28,8 +28,11 @@ const (
 	// resource's row, which INSERT ... ON DUPLICATE KEY UPDATE takes; as
 	// MySQL has no RETURNING, Put is a transaction of that upsert and a
 	// locking read of the fence, and a Put or the start of a Tx that
-	// InnoDB ends as a deadlock victim is tried again. See the package
-	// documentation.
+	// InnoDB ends as a deadlock victim is tried again. A Put is four
+	// statements (BEGIN, the upsert, the read, COMMIT), and
+	// go-sql-driver/mysql prepares each statement that has arguments on
+	// the server first, a round trip more, unless the DSN sets
+	// interpolateParams=true.
 	MySQL
 )
 

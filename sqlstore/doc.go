@@ -9,7 +9,9 @@
 // whole transaction refused, however long it paused, with no write of it
 // ever made.
 //
-//	store, err := sqlstore.New(db, sqlstore.Postgres)
+// # Usage
+//
+//	store, err := sqlstore.New(db, sqlstore.Postgres) // creates the table if missing
 //	...
 //	err = store.Tx(ctx, "account/42", lock.Token(), func(tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance - $1 WHERE id = 42`, amount)
@@ -25,11 +27,78 @@
 // github.com/lib/pq or github.com/jackc/pgx/v5/stdlib for [Postgres],
 // github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB).
 //
+// https://github.com/fencedlock/fencedlock/blob/main/docs/stores.md gives
+// the token rule that every store applies, and
+// https://github.com/fencedlock/fencedlock/blob/main/docs/benchmarks.md
+// measures Put and Tx.
+//
+// # Writing in Tx
+//
+// fn does all its work through tx, with ctx (tx.ExecContext and
+// tx.QueryContext), and neither commits nor rolls back tx. It must not
+// call Put or Tx, nor write through the *sql.DB: the lock its own
+// transaction holds would make that wait, in SQLite (any write) until the
+// busy timeout, in PostgreSQL and MySQL (a Put or Tx on the same
+// resource) until ctx ends. If fn returns an error or panics, everything
+// it wrote is rolled back, and so is the raise of the fence.
+//
+// Tx and Put calls on one resource take effect one at a time, in an order
+// in which the tokens never go down: the transaction's first statement
+// raises the fence and takes a lock that it keeps to its end. In
+// PostgreSQL and MySQL that is the resource's row lock, so other
+// resources are not held up; in SQLite it is the database's write lock,
+// so every Tx and Put on the database waits for it: keep fn short. fn
+// sees what the Tx and Put calls before it on the resource committed: in
+// PostgreSQL under the default isolation level, READ COMMITTED (under
+// REPEATABLE READ or SERIALIZABLE, a Tx that waited for another fails
+// instead, see Errors), and in MySQL under every level.
+//
+// # Errors
+//
+//   - [fencedlock.ErrStaleToken], as a [*fencedlock.StaleTokenError]
+//     whose Current is the fence: a newer holder has written, so the lock
+//     was lost. Nothing was written (Tx did not call fn). Acquire again,
+//     read again, redo.
+//   - [fencedlock.ErrUnavailable]: the database could not be reached, the
+//     connection broke, or ctx ended while the database worked. A Put may
+//     or may not have happened, or may still happen; a Tx commits nothing
+//     once its ctx has ended, and only a commit cut off by a broken
+//     connection leaves its outcome unknown. The fence check holds all the
+//     same. Retry later.
+//   - [fencedlock.ErrInvalidToken]: a zero token, or one above [MaxToken].
+//   - [fencedlock.ErrInvalidArgument]: a bad resource name (empty, longer
+//     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a nil
+//     fn, or a bad database, dialect or option in New. Nothing was sent.
+//   - [fencedlock.ErrNotFound]: Get or Fence on a resource without a value
+//     or a fence.
+//   - fn's own error, returned as it is, after the rollback.
+//   - Other database errors are wrapped as they are. Retry these: in
+//     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
+//     failure (SQLSTATE 40001) of a Tx or Put that waited for another on
+//     its resource, which wrote nothing; in MySQL, a lock wait timeout
+//     (1205), and a deadlock (1213) in fn or after Put and Tx tried
+//     again 10 times.
+//
+// Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
+// io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
+// SQLSTATE of class 08, 57P01-57P03 or 53300 (from a driver error with a
+// SQLState() string method, as lib/pq's and pgx's have); in MySQL, the
+// server errors 1040, 1053, 1152, 1158-1161, 1203, 1226, 1927, 3032, 3169
+// and 4031, the client errors 2002, 2003, 2006, 2013 and 2055, and
+// go-sql-driver/mysql's ErrInvalidConn. SQLite's own errors (SQLITE_BUSY
+// at the busy timeout, a file that cannot be opened) are wrapped as they
+// are. See https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md
+// for the errors of the whole library.
+//
+// Every call that takes a ctx returns by ctx's deadline, whatever the
+// driver does; the work it leaves behind ends when the database answers or
+// the connection closes.
+//
 // # Schema
 //
 // A Store keeps one row per resource in one table, [DefaultTable] unless
-// [WithTable] names another. New creates it when it is missing (BYTEA is
-// BLOB in SQLite):
+// [WithTable] names another. New creates it when it is missing, unless
+// [WithCreateTable](false) (BYTEA is BLOB in SQLite):
 //
 //	CREATE TABLE IF NOT EXISTS fencedlock_fences (
 //		resource    TEXT NOT NULL PRIMARY KEY,
@@ -38,11 +107,8 @@
 //		value_token BIGINT CHECK (value_token > 0 AND value_token <= fence)
 //	)
 //
-// and in MySQL, where the names are compared byte for byte (a character
-// column's collation may ignore case, accents or trailing spaces, which
-// would make distinct resources one row), the names' 1024 bytes fit an
-// InnoDB key, and the value may be as large as the server takes
-// (max_allowed_packet):
+// and in MySQL, where names must compare byte for byte and values may be
+// as large as the server takes (max_allowed_packet):
 //
 //	CREATE TABLE IF NOT EXISTS fencedlock_fences (
 //		resource    VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -52,43 +118,28 @@
 //		CHECK (value_token > 0 AND value_token <= fence)
 //	) ENGINE = InnoDB
 //
-// fence is the highest token that any accepted Put or committed Tx has
-// used on the resource; every Put and Tx is checked against it with
-// [fencedlock.CheckToken], and a refusal's [fencedlock.StaleTokenError]
-// carries it as Current. value and value_token are what the last accepted
-// Put wrote: Get returns them. Tx raises the fence and leaves the value
-// alone, so after a Tx with a higher token Get still returns the older
-// value and its token, while Put with a token below the new fence is
-// refused; a resource that only Tx has used has a fence and no value, and
-// Get reports [fencedlock.ErrNotFound] for it.
+// New checks a table made otherwise: it must have these columns and a
+// primary key or unique constraint on resource alone; in MySQL, the
+// InnoDB engine, resource VARBINARY(1024) or longer and held whole by the
+// unique key, fence and value_token BIGINT, and value LONGBLOB.
 //
-// The Store never deletes a row, and nothing else should: the row is
-// where the fence lives. Deleting a resource's row forgets its fence, and
-// the next Put or Tx on the resource is accepted with any token, lower
-// ones included, so that a holder whose lock expired long ago can write
+// fence is the highest token that any accepted Put or committed Tx has
+// used on the resource; value and value_token are what the last accepted
+// Put wrote, which Get returns. Tx raises the fence and leaves the value
+// alone, so after a Tx with a higher token Get still returns the older
+// value and its token, while a Put with a token below the new fence is
+// refused; a resource that only Tx has used has a fence and no value.
+//
+// Never delete a row: the row is where the fence lives. Deleting it
+// forgets the fence, and the next Put or Tx on the resource is accepted
+// with any token, so that a holder whose lock expired long ago can write
 // again.
 //
-// New creates the table when it is missing, unless [WithCreateTable](false),
-// and checks it: it must have these columns, and a primary key or unique
-// constraint on resource alone, which the INSERT ... ON CONFLICT
-// (resource) of Put and Tx needs (in MySQL, their INSERT ... ON DUPLICATE
-// KEY UPDATE). In MySQL it checks besides, in information_schema, that
-// the table is InnoDB's, that resource is VARBINARY(1024) or longer,
-// fence and value_token BIGINT, value LONGBLOB (so that nothing is cut to
-// fit, as MySQL does without strict SQL mode), and that the unique key
-// holds resource whole, not a prefix of it.
+// # SQL
 //
-// Tokens are stored as SQL BIGINT, which is signed: tokens above
-// [MaxToken] (2^63-1) are refused with [fencedlock.ErrInvalidToken], in
-// every dialect. Resource names are TEXT (VARBINARY in MySQL): names that
-// are not valid UTF-8, hold a NUL byte or are longer than [MaxResourceLen]
-// bytes are refused with [fencedlock.ErrInvalidArgument].
-//
-// # Atomicity and locking
-//
-// Put is one statement, an upsert that writes the value and its token
-// only when the token is not below the fence, raises the fence to the
-// token, and returns the fence it leaves:
+// In SQLite and PostgreSQL, Put is one statement, which writes the value
+// only when the token is not below the fence and returns the fence it
+// leaves (a fence above the token means the Put was refused):
 //
 //	INSERT INTO fencedlock_fences AS f (resource, fence, value, value_token)
 //	VALUES ($1, $2, $3, $2)
@@ -98,50 +149,8 @@
 //		fence = GREATEST(f.fence, excluded.fence)  -- max(...) in SQLite
 //	RETURNING fence
 //
-// A returned fence above the token means the Put was refused, and the row
-// is as it was. Get is one SELECT of value and value_token, so it never
-// sees one without the other. MySQL has no RETURNING: there Put is a
-// transaction of the upsert and a read of the fence under its lock (see
-// below).
-//
-// Tx begins a transaction whose first statement is an upsert that raises
-// the fence (INSERT ... ON CONFLICT (resource) DO UPDATE SET fence =
-// GREATEST(f.fence, excluded.fence) RETURNING fence); when the fence it
-// returns is above the token, Tx rolls back and returns the
-// StaleTokenError without calling fn; otherwise it calls fn with the
-// transaction and commits. The lock that upsert takes is held until the
-// transaction ends, so Tx and Put calls on one resource take effect one at
-// a time, in an order in which the tokens never go down:
-//
-//   - PostgreSQL: the upsert locks the resource's row (inserting it first
-//     if need be), so a Tx or Put on the same resource waits until the
-//     transaction ends and then sees the fence it committed; other
-//     resources are not held up. This works under the default isolation
-//     level, READ COMMITTED, where each statement of fn also sees the
-//     writes earlier transactions on the resource committed. Under
-//     REPEATABLE READ or SERIALIZABLE (default_transaction_isolation) a Tx
-//     or a Put that waited for another Tx or Put on the resource fails
-//     with a serialization error (SQLSTATE 40001, "could not serialize
-//     access due to concurrent update") instead of meeting the fence the
-//     other committed, without writing anything: retry it. The wait for
-//     the lock ends when ctx does.
-//   - SQLite: a database has one writer at a time. The upsert being the
-//     transaction's first statement, the transaction takes the write lock
-//     at once and keeps it to its end, so every Tx and Put on the database
-//     waits for it, whatever its resource; readers do not, in WAL mode.
-//     (A transaction that read first and wrote later could fail with
-//     SQLITE_BUSY when another writer got in between, without waiting.)
-//     Keep fn short.
-//   - MySQL and MariaDB: the upsert (INSERT ... ON DUPLICATE KEY UPDATE)
-//     locks the resource's row in InnoDB, as in PostgreSQL, and the
-//     transaction then reads the fence under that lock; other resources
-//     are not held up. This works under every isolation level, the
-//     default REPEATABLE READ included: see the next section.
-//
-// # MySQL and MariaDB: what InnoDB guarantees
-//
-// In MySQL, Put is a transaction of two statements, and Tx begins with
-// the same two (without value and value_token), then calls fn:
+// MySQL has no RETURNING: there Put is a transaction of two statements,
+// the upsert and a read of the fence under the row lock it took:
 //
 //	INSERT INTO fencedlock_fences (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
 //	ON DUPLICATE KEY UPDATE
@@ -151,51 +160,14 @@
 //	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
 //
 // (MySQL runs the assignments of an UPDATE in order, each seeing those
-// before it: the fence is assigned last.) This relies on what InnoDB
-// does, on MySQL 8.0 and later and MariaDB 10.6 and later:
+// before it: the fence is assigned last.)
 //
-//   - The upsert takes an exclusive lock on the row's primary key record,
-//     inserting the row or, when the row exists, waiting for the
-//     transaction that holds the lock to end and then updating the row as
-//     that one committed it; an upsert that meets a row another
-//     transaction is inserting waits for that one too. The lock is held
-//     until the transaction ends. It locks the record, not a gap of the
-//     index, so that calls on other resources, new ones included, are not
-//     held up.
-//   - SELECT ... FOR UPDATE reads the row as last committed, with the
-//     transaction's own changes, not the snapshot that REPEATABLE READ
-//     gives plain reads; holding the row's lock already, it does not
-//     wait. So it reads the fence the upsert left.
-//   - fn's statements run at the session's isolation level. Under the
-//     default, REPEATABLE READ, fn's snapshot is taken by its first plain
-//     read, after the upsert got the lock: fn sees what the Puts and Tx
-//     calls before it on the resource committed. Unlike PostgreSQL's,
-//     InnoDB's REPEATABLE READ does not fail a transaction that waited for
-//     the lock. The tests run the concurrency checks at all four levels.
-//   - A deadlock ends with InnoDB rolling back one of its transactions
-//     whole (error 1213). The one that Put and Tx can meet on their own
-//     is on a new resource: when the transaction that inserted its row
-//     rolls back while two or more others wait for the row's lock, the
-//     waiters are left with gap locks where the row was, and their
-//     inserts wait for each other's. A victim had done nothing but the
-//     upsert, so Put and Tx make their transaction again, up to 10 times
-//     (the error then says how many), and fn is never called twice. A
-//     deadlock in fn's own statements is fn's error, returned as it is.
-//   - The wait for the lock ends for the caller when ctx does (the call
-//     returns; go-sql-driver/mysql closes the connection), but the server
-//     goes on waiting until it gets the lock or innodb_lock_wait_timeout
-//     (50 s by default) passes; it then finds the connection closed and
-//     rolls the transaction back, committing nothing. A wait that reaches
-//     innodb_lock_wait_timeout fails with error 1205: retry.
-//   - The table's CHECK constraints are enforced from MySQL 8.0.16 (and in
-//     MariaDB); the Store never writes a row they would refuse.
+// Tx begins its transaction with the same statements without value and
+// value_token, which raise the fence and return it, and calls fn only
+// when the fence is not above the token. Get is one SELECT of value and
+// value_token.
 //
-// Put takes four statements (BEGIN, the upsert, the read, COMMIT), and
-// go-sql-driver/mysql prepares each statement that has arguments on the
-// server first, a round trip more, unless the DSN sets
-// interpolateParams=true.
-//
-// # SQLite: busy timeout, WAL, and one database for all connections
+// # SQLite
 //
 // A connection that finds the write lock taken waits for it only when
 // SQLite has a busy timeout; without one, a Tx or Put that meets another
@@ -207,78 +179,23 @@
 //
 // and with github.com/mattn/go-sqlite3, file:app.db?_busy_timeout=5000&_journal_mode=WAL.
 // The wait for the write lock ends at the busy timeout, not when ctx
-// ends: modernc.org/sqlite does not interrupt it. The call returns when
-// ctx ends all the same (see below), and the connection stays busy in
-// the background until the busy timeout.
+// ends: the call returns when ctx ends all the same, and the connection
+// stays busy in the background until the busy timeout.
 //
-// database/sql opens several connections to one DSN, and every
-// connection to ":memory:" (or "file::memory:") opens a database of its
-// own, which the other connections do not see and which is gone when that
-// connection closes. Use a file, or an in-memory database that all the
-// connections of the process share: with modernc.org/sqlite, the memdb
-// VFS (the name starts with a slash),
+// Every connection to ":memory:" opens a database of its own, which the
+// pool's other connections do not see. Use a file, or an in-memory
+// database that all the connections of the process share: with
+// modernc.org/sqlite, the memdb VFS (the name starts with a slash),
 //
 //	file:/app?vfs=memdb&_pragma=busy_timeout(5000)
 //
-// It lives while a connection to it is open: keep one open as long as the
-// data is needed (the pool closes its idle connections when
-// db.SetMaxIdleConns(0), db.SetConnMaxLifetime or db.SetConnMaxIdleTime
-// says so), e.g. a *sql.Conn taken from db. It has no WAL mode, and a
-// write transaction keeps readers out: a Get waits for a Tx to end, within
-// the busy timeout, and fn must not even read through db.
-//
-// A ":memory:" database with db.SetMaxOpenConns(1) works too, with fn
-// using only tx (the one connection is busy with it), as long as that
-// connection is never closed. Tx does not close it when ctx ends or the
-// commit fails (it rolls back on it instead), but a connection that
+// It lives while a connection to it is open: keep one open as long as
+// the data is needed (a *sql.Conn taken from db, say, since the pool
+// closes idle connections when its settings say so). It has no WAL mode,
+// and a write transaction keeps readers out: a Get waits for a Tx to end,
+// within the busy timeout, and fn must not even read through db. A
+// ":memory:" database with db.SetMaxOpenConns(1) works too, with fn using
+// only tx, as long as that one connection is never closed: Tx does not
+// close it when ctx ends or the commit fails, but a connection that
 // breaks, or that the pool retires, takes the database with it.
-//
-// # Unavailable databases and deadlines
-//
-// Every call that takes a ctx returns by ctx's deadline, whatever the
-// driver does: lib/pq, for one, waits for a stalled server's answer long
-// after ctx ended. When ctx can end, the call does its database work in a
-// goroutine, and returns when ctx ends with an error wrapping
-// [fencedlock.ErrUnavailable] and ctx.Err(); the work goes on in the
-// background until the database answers or the connection closes, and a
-// Put may still take effect then (its token is checked all the same). A
-// Tx left behind is doomed: database/sql rolls back a transaction whose
-// ctx has ended and refuses its commit.
-//
-// Errors that say the database could not be reached or the connection
-// broke (net errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
-// io.ErrUnexpectedEOF, a SQLSTATE of class 08, 57P01-57P03 or 53300 from
-// a driver error with a SQLState() string method, as lib/pq's and pgx's
-// have, and in MySQL the errors below) wrap ErrUnavailable with the cause
-// too, so that a caller handles "the backend is down" alike for every
-// store. Errors about the data (a stale token, a missing resource,
-// invalid input, a constraint) and the errors fn returns never match it.
-// SQLite's own errors (SQLITE_BUSY at the busy timeout, a file that
-// cannot be opened) are wrapped as they are.
-//
-// In MySQL, these server errors are ErrUnavailable: 1040 too many
-// connections, 1053 shutdown in progress (MySQL sends it too when KILL
-// ends a connection), 1927 connection killed (MariaDB's), 3169 session
-// killed, 1152 and 1158-1161 the server's network errors, 1203 and 1226
-// connection and query limits of an account, 3032 offline mode, 4031 an
-// idle connection closed by the server, and the C client library's 2002,
-// 2003, 2006, 2013 and 2055; and so is go-sql-driver/mysql's
-// ErrInvalidConn ("invalid connection"), its error when the connection
-// breaks mid-answer. The Store reads the error number from the Number
-// field of that driver's *mysql.MySQLError (by reflection: the package
-// does not import the driver). Other MySQL errors, among them 1205 (lock
-// wait timeout: a long transaction holds the row) and 1213 (deadlock,
-// when Put and Tx cannot try again), are wrapped as they are, as the
-// other dialects' errors about the work are.
-//
-// # Writing in Tx
-//
-// fn does all its work through tx, with ctx (tx.ExecContext and
-// tx.QueryContext), and neither commits nor rolls back tx. It must not call
-// Put or Tx, nor write through the *sql.DB: the lock its own transaction
-// holds would make that wait, in SQLite (any write) until the busy timeout,
-// in PostgreSQL and MySQL (a Put or Tx on the same resource) until ctx
-// ends. If fn
-// returns an error or panics, everything it wrote is rolled back, and so
-// is the raise of the fence.
 package sqlstore

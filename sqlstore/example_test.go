@@ -15,10 +15,48 @@ import (
 	"github.com/fencedlock/fencedlock/sqlstore"
 )
 
+// New on SQLite, with the busy timeout and WAL mode that the package
+// documentation asks for, creates the Store's table; Put and Get keep a
+// value per resource, and a Put with a lower token is refused. The tokens
+// would come from Lock.Token.
+func ExampleNew() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "sqlstore-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.New(db, sqlstore.SQLite)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("table:", store.Table())
+
+	if err := store.Put(ctx, "report", 8, []byte("by the holder of token 8")); err != nil {
+		log.Fatal(err)
+	}
+	err = store.Put(ctx, "report", 7, []byte("by the holder of token 7"))
+	fmt.Println("Put with token 7 stale:", errors.Is(err, fencedlock.ErrStaleToken))
+	value, token, err := store.Get(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("Get: %q, token %d\n", value, token)
+	// Output:
+	// table: fencedlock_fences
+	// Put with token 7 stale: true
+	// Get: "by the holder of token 8", token 8
+}
+
 // Two holders of one lock, in turn, write an order's state in their own
 // table through Tx; the one whose lock expired is refused, and nothing of
 // its transaction is written. The tokens would come from Lock.Token.
-func Example() {
+func ExampleStore_Tx() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "sqlstore-example-")
 	if err != nil {
@@ -61,21 +99,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println("order 42:", state)
-
-	// Put and Get keep a value per resource, fenced by the same fence.
-	err = store.Put(ctx, "order/42", 7, []byte("late note"))
-	fmt.Println("Put with token 7:", errors.Is(err, fencedlock.ErrStaleToken))
-	if err := store.Put(ctx, "order/42", 8, []byte("note")); err != nil {
-		log.Fatal(err)
-	}
-	value, token, err := store.Get(ctx, "order/42")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("Get: %q, token %d\n", value, token)
 	// Output:
 	// refused: token 7, the store holds 8
 	// order 42: shipped
-	// Put with token 7: true
-	// Get: "note", token 8
 }

@@ -10,8 +10,52 @@ import (
 // MySQL has no RETURNING. (MariaDB has INSERT ... RETURNING from 10.5 on,
 // but the dialect is one set of statements for both.) So the fence an
 // upsert leaves is read by a second statement of its transaction, under
-// the lock the upsert took. The package documentation sums up what this
-// relies on; the comments here say why each step is atomic.
+// the lock the upsert took. Put is a transaction of two statements, the
+// upsert and SELECT ... FOR UPDATE of the fence (the package
+// documentation shows both), and Tx begins with the same two (without
+// value and value_token), then calls fn. (MySQL runs the assignments of
+// an UPDATE in order, each seeing those before it: the fence is assigned
+// last.) This relies on what InnoDB does, on MySQL 8.0 and later and
+// MariaDB 10.6 and later:
+//
+//   - The upsert takes an exclusive lock on the row's primary key record,
+//     inserting the row or, when the row exists, waiting for the
+//     transaction that holds the lock to end and then updating the row as
+//     that one committed it; an upsert that meets a row another
+//     transaction is inserting waits for that one too. The lock is held
+//     until the transaction ends. It locks the record, not a gap of the
+//     index, so that calls on other resources, new ones included, are not
+//     held up.
+//   - SELECT ... FOR UPDATE reads the row as last committed, with the
+//     transaction's own changes, not the snapshot that REPEATABLE READ
+//     gives plain reads; holding the row's lock already, it does not
+//     wait. So it reads the fence the upsert left.
+//   - fn's statements run at the session's isolation level. Under the
+//     default, REPEATABLE READ, fn's snapshot is taken by its first plain
+//     read, after the upsert got the lock: fn sees what the Puts and Tx
+//     calls before it on the resource committed. Unlike PostgreSQL's,
+//     InnoDB's REPEATABLE READ does not fail a transaction that waited for
+//     the lock. The tests run the concurrency checks at all four levels.
+//   - A deadlock ends with InnoDB rolling back one of its transactions
+//     whole (error 1213). The one that Put and Tx can meet on their own
+//     is on a new resource: when the transaction that inserted its row
+//     rolls back while two or more others wait for the row's lock, the
+//     waiters are left with gap locks where the row was, and their
+//     inserts wait for each other's. A victim had done nothing but the
+//     upsert, so Put and Tx make their transaction again, up to
+//     deadlockAttempts times (the error then says how many), and fn is
+//     never called twice. A deadlock in fn's own statements is fn's
+//     error, returned as it is.
+//   - The wait for the lock ends for the caller when ctx does (the call
+//     returns; go-sql-driver/mysql closes the connection), but the server
+//     goes on waiting until it gets the lock or innodb_lock_wait_timeout
+//     (50 s by default) passes; it then finds the connection closed and
+//     rolls the transaction back, committing nothing. A wait that reaches
+//     innodb_lock_wait_timeout fails with error 1205.
+//   - The table's CHECK constraints are enforced from MySQL 8.0.16 (and in
+//     MariaDB); the Store never writes a row they would refuse.
+//
+// The comments below say why each step is atomic.
 
 // maxResourceBytes is the length of the resource column that New
 // creates in MySQL, VARBINARY(1024): MaxResourceLen bytes, compared byte

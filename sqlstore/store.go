@@ -20,24 +20,24 @@ const DefaultTable = "fencedlock_fences"
 
 // MaxToken is the highest token a Store accepts: the largest SQL BIGINT,
 // 2^63-1. Put and Tx refuse a higher token with an error wrapping
-// fencedlock.ErrInvalidToken. Tokens a Locker seeds from the Redis clock
+// [fencedlock.ErrInvalidToken]. Tokens a Locker seeds from the Redis clock
 // (microseconds) stay far below it.
 const MaxToken fencedlock.Token = math.MaxInt64
 
 // MaxResourceLen is the longest resource name a Store accepts, in bytes:
-// fencedlock.MaxResourceLen, the limit of the whole library. (PostgreSQL
+// [fencedlock.MaxResourceLen], the limit of the whole library. (PostgreSQL
 // cannot index much longer keys: a B-tree entry holds at most about 2700
 // bytes; InnoDB's keys hold at most 3072 bytes, and the MySQL table's
 // resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
-// Store is a fencedlock.Store in a SQL database, whose Tx also fences the
+// Store is a [fencedlock.Store] in a SQL database, whose Tx also fences the
 // caller's own SQL writes. Every resource has one row in the Store's table:
 // see the package documentation for the schema and the locking.
 //
 // Make a Store with New or NewContext. The zero Store and a nil *Store
 // have no database: their methods return errors wrapping
-// fencedlock.ErrInvalidArgument.
+// [fencedlock.ErrInvalidArgument].
 //
 // A Store is safe for concurrent use by multiple goroutines, and by
 // multiple processes that share the database.
@@ -49,6 +49,57 @@ type Store struct {
 }
 
 var _ fencedlock.Store = (*Store)(nil)
+
+// How Put and Tx keep the tokens of a resource in order.
+//
+// Put is one statement in SQLite and PostgreSQL (the package
+// documentation shows it): an upsert that writes the value and its token
+// only when the token is not below the fence, raises the fence to the
+// token, and returns the fence it leaves. A returned fence above the
+// token means the Put was refused, and the row is as it was. Get is one
+// SELECT of value and value_token, so it never sees one without the
+// other. MySQL has no RETURNING: there Put is a transaction of the upsert
+// and a read of the fence under its lock (see mysql.go).
+//
+// Tx begins a transaction whose first statement is an upsert that raises
+// the fence (INSERT ... ON CONFLICT (resource) DO UPDATE SET fence =
+// GREATEST(f.fence, excluded.fence) RETURNING fence); when the fence it
+// returns is above the token, Tx rolls back and returns the
+// StaleTokenError without calling fn; otherwise it calls fn with the
+// transaction and commits. The lock that upsert takes is held until the
+// transaction ends, so Tx and Put calls on one resource take effect one
+// at a time, in an order in which the tokens never go down:
+//
+//   - PostgreSQL: the upsert locks the resource's row (inserting it first
+//     if need be), so a Tx or Put on the same resource waits until the
+//     transaction ends and then sees the fence it committed; other
+//     resources are not held up. This works under the default isolation
+//     level, READ COMMITTED, where each statement of fn also sees the
+//     writes earlier transactions on the resource committed. Under
+//     REPEATABLE READ or SERIALIZABLE (default_transaction_isolation) a
+//     Tx or a Put that waited for another Tx or Put on the resource fails
+//     with a serialization error (SQLSTATE 40001, "could not serialize
+//     access due to concurrent update") instead of meeting the fence the
+//     other committed, without writing anything. The wait for the lock
+//     ends when ctx does.
+//   - SQLite: a database has one writer at a time. The upsert being the
+//     transaction's first statement, the transaction takes the write lock
+//     at once and keeps it to its end, so every Tx and Put on the database
+//     waits for it, whatever its resource; readers do not, in WAL mode. (A
+//     transaction that read first and wrote later could fail with
+//     SQLITE_BUSY when another writer got in between, without waiting.)
+//     modernc.org/sqlite does not interrupt the wait when ctx ends: it
+//     lasts until the busy timeout.
+//   - MySQL and MariaDB: the upsert (INSERT ... ON DUPLICATE KEY UPDATE)
+//     locks the resource's row in InnoDB, as in PostgreSQL, and the
+//     transaction then reads the fence under that lock; other resources
+//     are not held up. This works under every isolation level, the
+//     default REPEATABLE READ included: see mysql.go.
+//
+// New checks the table by having the database plan the Put statement
+// with EXPLAIN, which does not run it (see fits); in MySQL, where that
+// plan would not tell, it reads the table's engine, column types and
+// unique indexes in information_schema (see fitsMySQL).
 
 // Option configures a Store in New and NewContext. A nil Option is
 // ignored.
@@ -65,11 +116,11 @@ type config struct {
 // schema.table), of lower-case ASCII letters, digits and underscores, each
 // starting with a letter or underscore and at most 63 bytes long; the
 // Store quotes them in its SQL. Any other name makes New return an error
-// wrapping fencedlock.ErrInvalidArgument.
+// wrapping [fencedlock.ErrInvalidArgument].
 //
 // The schema must be one that every connection of the pool sees alike, so
 // that all of them share the fences. New refuses, with an error wrapping
-// fencedlock.ErrInvalidArgument, the schemas of a connection's own
+// [fencedlock.ErrInvalidArgument], the schemas of a connection's own
 // temporary tables: "temp" in SQLite, and "pg_temp" and the other names
 // starting with "pg_temp" in PostgreSQL. In SQLite a schema other than
 // "main" is an attached database, and ATTACH holds for one connection
@@ -112,21 +163,18 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // creates the table (CREATE TABLE IF NOT EXISTS, unless
 // WithCreateTable(false)) and checks that the table fits: that it has the
 // Store's columns, and a primary key or unique constraint on resource that
-// the Store's INSERT ... ON CONFLICT (resource) can use (New has the
-// database plan the Put statement, with EXPLAIN, which does not run it;
-// in MySQL, where that plan would not tell, New reads the table's engine,
-// column types and unique indexes in information_schema). A table that
-// existed before is checked the same way. ctx bounds that work; the Store
-// does not keep it.
+// the Store's INSERT ... ON CONFLICT (resource) can use (in MySQL, also
+// the table's engine and column types). A table that existed before is
+// checked the same way. ctx bounds that work; the Store does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
 // other than SQLite, Postgres and MySQL, or an invalid option (a table in a
 // connection's temporary schema included: see WithTable) returns an error
-// wrapping fencedlock.ErrInvalidArgument, before the database is used. A
+// wrapping [fencedlock.ErrInvalidArgument], before the database is used. A
 // failure to create or check the table returns the database's error,
 // wrapped; the table may then exist or not. A database that cannot be
 // reached, or does not answer before ctx ends, gives an error wrapping
-// fencedlock.ErrUnavailable and the cause (see Store.Put); NewContext
+// [fencedlock.ErrUnavailable] and the cause (see Store.Put); NewContext
 // returns by ctx's deadline whatever the driver does, and the work it
 // leaves in the background ends when the database answers or the
 // connection closes.
@@ -248,7 +296,7 @@ func (s *Store) check(resource string) error {
 }
 
 // checkToken returns the error for a token the Store cannot take: zero
-// (the error of fencedlock.CheckToken) or above MaxToken.
+// (the error of [fencedlock.CheckToken]) or above MaxToken.
 func checkToken(resource string, token fencedlock.Token) error {
 	if token == 0 {
 		return fencedlock.CheckToken(resource, token, 0)
@@ -268,39 +316,35 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 	return fencedlock.Token(v), nil
 }
 
-// Put implements fencedlock.Store. It stores value and token in
+// Put implements [fencedlock.Store]. It stores value and token in
 // resource's row if token is not below the row's fence, the highest token
 // any accepted Put or committed Tx has used on the resource, and raises
-// the fence to token.
-// A lower token returns the *fencedlock.StaleTokenError of
-// fencedlock.CheckToken, whose Current is the fence, and changes nothing.
+// the fence to token, atomically. A lower token returns the
+// [*fencedlock.StaleTokenError] of [fencedlock.CheckToken], whose Current is
+// the fence, and changes nothing. A nil value is stored as an empty one;
+// Put keeps a copy of value, not value itself.
 //
-// Put is one statement: an upsert, atomic under the lock it takes on the
-// row (PostgreSQL) or the database (SQLite). In MySQL it is a transaction
-// of the upsert and a read of the fence it left, under the row's lock,
-// made again when InnoDB ends it as a deadlock victim (see the package
-// documentation). A zero token or one above MaxToken returns an error
-// wrapping fencedlock.ErrInvalidToken; an empty resource, one longer than
+// A zero token or one above MaxToken returns an error wrapping
+// [fencedlock.ErrInvalidToken]; an empty resource, one longer than
 // MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
-// wrapping fencedlock.ErrInvalidArgument. A nil value is stored as an
-// empty one.
+// wrapping [fencedlock.ErrInvalidArgument]. A ctx that has ended before the
+// call returns ctx.Err() as it is. Nothing is sent in these cases.
 //
-// A ctx that has ended before the call returns ctx.Err() as it is, and
-// nothing is sent. A database that cannot be reached or whose connection
-// breaks, a driver error whose SQLSTATE says so (class 08, 57P01-57P03,
-// 53300), a MySQL error that says so (e.g. 1040 too many connections;
-// the package documentation lists them), and a ctx that ends while the
-// database works, give an error wrapping fencedlock.ErrUnavailable
-// together with the cause (the net error, the driver's error, ctx.Err()).
-// Other database errors are wrapped as they are.
+// A database that cannot be reached or whose connection breaks, a driver
+// error whose SQLSTATE says so (class 08, 57P01-57P03, 53300), a MySQL
+// error that says so (e.g. 1040 too many connections; the package
+// documentation lists them), and a ctx that ends while the database
+// works, give an error wrapping [fencedlock.ErrUnavailable] together with
+// the cause (the net error, the driver's error, ctx.Err()). Other
+// database errors are wrapped as they are. After such an error, or any
+// database error, the write may or may not have happened, or may still
+// happen: see [fencedlock.Store]. The fence check holds all the same.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
-// first, it returns at once and leaves the statement to the driver,
-// which ends it when the database answers or the connection closes (see
-// the package documentation). After such an error, or any database
-// error, the write may or may not have happened, or may still happen:
-// see fencedlock.Store. The fence check holds all the same. Put keeps a
-// copy of value, not value itself.
+// first, it returns at once and leaves the statement to the driver, which
+// ends it when the database answers or the connection closes. In MySQL,
+// Put is a transaction, made again when InnoDB ends it as a deadlock
+// victim (up to 10 times).
 func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -345,11 +389,11 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 	return fence, nil
 }
 
-// Get implements fencedlock.Store. It returns the value of resource's
+// Get implements [fencedlock.Store]. It returns the value of resource's
 // row and the token that wrote it, which is lower than the row's fence
 // when a Tx with a higher token committed since (see Fence). A resource whose
 // row has a fence but no value yet (only Tx used it) returns an error
-// wrapping fencedlock.ErrNotFound, like one without a row. Invalid names
+// wrapping [fencedlock.ErrNotFound], like one without a row. Invalid names
 // and database errors are those of Put, ErrUnavailable included, and Get
 // too returns by ctx's deadline.
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
@@ -388,7 +432,7 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 // Fence returns resource's fence: the highest token that an accepted Put
 // or a committed Tx has used on it, which every later Put and Tx must
 // match or exceed. A resource that no accepted Put or committed Tx has
-// used returns an error wrapping fencedlock.ErrNotFound. When the fence is higher than any token the
+// used returns an error wrapping [fencedlock.ErrNotFound]. When the fence is higher than any token the
 // Locker hands out (its counter was lost), pass it to Locker.Advance.
 // Errors are those of Get, and Fence too returns by ctx's deadline.
 func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
@@ -414,61 +458,48 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 	return fenceToken(fence, "fence", resource)
 }
 
-// Tx runs fn in a transaction fenced by token: it checks token against
-// resource's fence and raises the fence to token, then runs fn, then
-// commits, so that fn's writes and the new fence are committed together
-// or not at all. An equal token passes.
+// Tx runs fn in a transaction fenced by token: it raises resource's fence
+// to token, runs fn, and commits, so that fn's writes and the new fence
+// are committed together or not at all. An equal token passes.
 //
-// The fence is raised by the transaction's first statement, which takes
-// the lock that serializes Tx and Put calls on the resource until the
-// transaction ends: the row lock in PostgreSQL and MySQL (where a locking
-// read of the fence follows it), the database write lock in SQLite (see
-// the package documentation). In MySQL, a transaction that InnoDB ends as
-// a deadlock victim at that first statement is made again, before fn is
-// called. fn must do its work through tx, with ctx, and must not commit
-// or roll back tx. It must not call Put or Tx, nor write through the
-// *sql.DB: in SQLite every write waits for the write lock its own
-// transaction holds (until the busy timeout), and in PostgreSQL and MySQL
-// a Put or Tx on its resource waits for its row lock (until ctx ends).
-//
-// A token below the fence returns the *fencedlock.StaleTokenError of
-// fencedlock.CheckToken, whose Current is the fence, without calling fn.
-// A zero token, one above MaxToken, an invalid resource (see Put) or a nil
-// fn returns an error wrapping fencedlock.ErrInvalidToken or
-// fencedlock.ErrInvalidArgument without touching the database.
+// A token below the fence returns the [*fencedlock.StaleTokenError] of
+// [fencedlock.CheckToken], whose Current is the fence, without calling fn,
+// and nothing is written. A zero token, one above MaxToken, an invalid
+// resource (see Put) or a nil fn returns an error wrapping
+// [fencedlock.ErrInvalidToken] or [fencedlock.ErrInvalidArgument] without
+// touching the database. A ctx that has ended before the call returns
+// ctx.Err() as it is, without calling fn.
 //
 // When fn returns an error, Tx rolls back, fn's writes and the fence's
 // raise alike, and returns fn's error as it is. When fn panics, Tx rolls
-// back and the panic goes on. A ctx that has ended before the call
-// returns ctx.Err() as it is, without calling fn. The database errors of
-// Tx's own statements (begin, raise, commit) are those of Put: a
-// database that cannot be reached, a broken connection and a ctx that
-// ends before the commit give errors wrapping fencedlock.ErrUnavailable
-// and the cause. A failed commit returns the database's error, wrapped;
-// whether the transaction was committed is then unknown only when the
-// connection broke during the commit, or ctx ended while it ran.
+// back and the panic goes on. The database errors of Tx's own statements
+// (begin, raise, commit) are those of Put: a database that cannot be
+// reached, a broken connection and a ctx that ends before the commit give
+// errors wrapping [fencedlock.ErrUnavailable] and the cause. A failed commit
+// returns the database's error, wrapped; whether the transaction was
+// committed is then unknown only when the connection broke during the
+// commit, or ctx ended while it ran. fn is called at most once: in MySQL,
+// a deadlock at the raise is retried before fn is called.
 //
-// Tx returns by ctx's deadline whatever the driver or fn does: when ctx
-// can end, the transaction and fn run in a goroutine of their own, and
-// when ctx ends first, Tx returns at once with an error wrapping
-// fencedlock.ErrUnavailable and ctx.Err(). fn may then still be running,
-// but its transaction is doomed: database/sql rolls back a transaction
-// whose ctx has ended, and refuses its commit, so fn's statements fail
-// and nothing it wrote is committed. The goroutine ends when fn returns
-// and the database answers or the connection closes. A panic of fn
-// after Tx has returned goes on in that goroutine, which ends the
-// program as any unrecovered panic does.
+// Tx returns by ctx's deadline whatever the driver or fn does. When ctx
+// ends first, Tx returns at once with an error wrapping
+// [fencedlock.ErrUnavailable] and ctx.Err(); fn may still be running, in a
+// goroutine of its own, but its transaction is doomed: database/sql rolls
+// back a transaction whose ctx has ended and refuses its commit, so
+// nothing fn wrote is committed. A panic of fn after Tx has returned goes
+// on in that goroutine and ends the program, as any unrecovered panic
+// does.
 //
-// Tx takes a connection of its own from db's pool for the transaction, and
-// returns it to the pool outside any transaction. A commit or rollback
-// can fail and leave the transaction open on the connection
-// (modernc.org/sqlite does after a failed COMMIT, e.g. of a deferred
-// foreign key): then Tx runs ROLLBACK on the connection, with a timeout
-// of a few seconds of its own since ctx may have ended, and closes the
-// connection instead of returning it only when that ROLLBACK fails too.
-// When ctx ended before the commit, database/sql has rolled back already,
-// and the connection goes back to the pool. (Closing the only connection
-// to an in-memory SQLite database would destroy the database.)
+// fn must do its work through tx, with ctx, and must not commit or roll
+// back tx. It must not call Put or Tx, nor write through the *sql.DB: the
+// transaction holds the lock that orders Tx and Put calls on the
+// resource, so in SQLite every write waits for it (until the busy
+// timeout), and in PostgreSQL and MySQL a Put or Tx on its resource waits
+// for it (until ctx ends).
+//
+// Tx takes a connection of its own from db's pool and returns it outside
+// any transaction; it closes the connection only when a commit or
+// rollback failed and a ROLLBACK of its own failed too.
 func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -491,8 +522,15 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 	// A connection of its own, so that Tx can end the transaction on it
 	// when a commit or rollback fails, or discard it: some drivers leave
 	// the transaction open then (modernc.org/sqlite after a failed
-	// COMMIT), and database/sql would hand the connection, still in the
-	// transaction and holding its locks, to the next caller.
+	// COMMIT, e.g. of a deferred foreign key), and database/sql would hand
+	// the connection, still in the transaction and holding its locks, to
+	// the next caller. Tx then runs ROLLBACK on the connection, with a
+	// timeout of a few seconds of its own since ctx may have ended, and
+	// closes the connection instead of returning it only when that
+	// ROLLBACK fails too. When ctx ended before the commit, database/sql
+	// has rolled back already, and the connection goes back to the pool.
+	// (Closing the only connection to an in-memory SQLite database would
+	// destroy the database.)
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return dbErr(ctx, "tx", resource, "", err)
