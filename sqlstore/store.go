@@ -583,6 +583,11 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 	if err := fencedlock.CheckToken(resource, token, current); err != nil {
 		return false, err
 	}
+	// The fence may have come free just as ctx ended. Tx has then given
+	// up and returned: fn must not start unbeknown to the caller.
+	if ctx.Err() != nil {
+		return false, ended(ctx, "tx", resource)
+	}
 	if err := fn(tx); err != nil {
 		return false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -818,3 +819,54 @@ func TestTxDoesNotHoldUpOtherResources(t *testing.T) {
 		}
 	})
 }
+
+// A Tx whose ctx ends while it waits for the lock of another Tx never
+// runs fn, even when the lock comes free just as it gives up: Tx has
+// returned its error by then, and fn would run unbeknown to the caller.
+func TestTxGivingUpNeverRunsFnLate(t *testing.T) {
+	eachServer(t, func(t *testing.T, d sqlstore.Dialect) {
+		e := newTxEnv(t, serverBackend(t, d))
+		var late atomic.Int32
+		for i := 0; i < txLateRounds; i++ {
+			r := fmt.Sprintf("r%d", i)
+			holding, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- e.s.Tx(e.ctx, r, 5, func(*sql.Tx) error {
+					close(holding)
+					<-release
+					return nil
+				})
+			}()
+			<-holding
+			// The lock comes free around the moment the Tx gives up:
+			// from 2 ms before its deadline to 2 ms after.
+			timeout := 20 * time.Millisecond
+			ctx, cancel := context.WithTimeout(e.ctx, timeout)
+			freed := time.AfterFunc(timeout+time.Duration(i%5-2)*time.Millisecond, func() { close(release) })
+			err := e.s.Tx(ctx, r, 8, func(*sql.Tx) error {
+				if ctx.Err() != nil {
+					late.Add(1)
+				}
+				return nil
+			})
+			cancel()
+			if freed.Stop() {
+				close(release)
+			}
+			_ = err // nil when the lock came free before the deadline
+			if err := <-done; err != nil {
+				t.Fatalf("the Tx holding the lock = %v", err)
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // the background work of the Txs that gave up
+		if n := late.Load(); n > 0 {
+			t.Errorf("fn ran in %d of %d Txs after their ctx had ended", n, txLateRounds)
+		}
+	})
+}
+
+// txLateRounds is how many Txs give up in TestTxGivingUpNeverRunsFnLate.
+// Without the check of ctx before fn, one Tx in a few hundred ran fn
+// late (on PostgreSQL and on MariaDB).
+const txLateRounds = 100
