@@ -229,8 +229,9 @@ func cleanupErr(err error, what, harm string, cerr error) error {
 // nothing.
 //
 // At Warn: a lock lost (with why), a heartbeat refresh that failed and
-// will be tried again, a cleanup (see the package documentation) that
-// failed after its call returned or was not started. At Debug: grants,
+// will be tried again, a cleanup that failed after its call returned or
+// was not started (cleanups are described in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md). At Debug: grants,
 // failed acquires, waits, releases and hand-overs. Attributes use these
 // keys: resource, token (decimal), ttl, wait, err; a cleanup's record
 // also names it (cleanup). Nothing written to a store is logged.

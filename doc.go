@@ -16,7 +16,7 @@
 //
 // A [Locker] grants a lock on a named resource together with a [Token], in
 // one Redis script. Every grant of a resource gets a token higher than
-// every earlier grant of it. [Locker.TryAcquire] makes one attempt;
+// every earlier grant of it (for the one exception, see What is promised). [Locker.TryAcquire] makes one attempt;
 // [Locker.Acquire] waits for the lock; [Locker.Do] waits, keeps the lock
 // with a heartbeat while a function runs, and releases it.
 //

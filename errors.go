@@ -84,7 +84,11 @@ var (
 // IssueToken (for lock keys), every store and fencehttp accept. A longer
 // name is refused with an error wrapping ErrInvalidArgument before
 // anything is sent. Error messages quote at most a short prefix of a name.
-const MaxResourceLen = names.Max
+const MaxResourceLen = 1024
+
+// The internal packages check names against the same bound: this does not
+// compile unless they agree.
+var _ = [1]struct{}{}[MaxResourceLen-names.Max]
 
 // StaleTokenError is returned by a store that refused a write because
 // Token is lower than Current, the token stored with the resource's value.

@@ -62,7 +62,8 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 // lockKey, as Advance does for a resource's: the next grant that asks
 // gets a token higher than floor. A grant that already has its token
 // keeps it. floor must be from 1 to 2^63-2; otherwise the error wraps
-// ErrInvalidToken and nothing changes.
+// ErrInvalidToken and nothing changes. Its other errors are those of
+// Advance, with the same state after them.
 func (l *Locker) AdvanceIssued(ctx context.Context, lockKey string, floor Token) error {
 	counter, _, err := l.issuedKeys(lockKey)
 	if err != nil {

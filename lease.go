@@ -290,6 +290,10 @@ func (k *Lock) Release(ctx context.Context) error {
 
 // releaseLock is Release, unobserved.
 func (k *Lock) releaseLock(ctx context.Context) error {
+	// A Lock that has ended says so, whatever ctx: as Refresh and TTL do.
+	if err := k.ended(); err != nil {
+		return err
+	}
 	if err := ctxEnded(ctx); err != nil {
 		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
 	}

@@ -57,14 +57,14 @@ type Locker struct {
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,
-// WithIdleExpiry, WithLogger. A nil
-// Option is ignored.
+// WithIdleExpiry, WithLogger, WithObserver. A nil Option is ignored.
 type Option func(*Locker)
 
-// WithPrefix sets the namespace of the Locker's keys: a resource R uses
-// the keys "<prefix>:{R}:lock" and "<prefix>:{R}:token". The default is
-// DefaultPrefix. An empty prefix gives "{R}:lock" and "{R}:token". Lockers
-// that must exclude each other need the same prefix. A prefix holding "{}"
+// WithPrefix sets the namespace of the Locker's keys: the keys of a
+// resource R begin "<prefix>:{R}:" ("{R}:" with the empty prefix), as
+// listed in https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
+// The default is DefaultPrefix. Lockers that must exclude each other need
+// the same prefix. A prefix holding "{}"
 // would give every key an empty Redis Cluster hash tag; with it, every
 // call returns an error wrapping ErrInvalidArgument.
 func WithPrefix(prefix string) Option {
@@ -242,8 +242,9 @@ const (
 )
 
 // TryAcquire makes one attempt to lock resource for ttl, in one round trip
-// to Redis. On success the Lock carries a token higher than every token
-// granted on resource before, and Redis has granted it. ttl must be at
+// to Redis. On success Redis has granted the Lock, with a token higher
+// than every token granted on resource before (unless Redis lost the
+// counter and its clock is behind: see "What is promised"). ttl must be at
 // least one millisecond; it is rounded down to whole milliseconds.
 //
 // When Redis answers that another owner holds the lock, or that it is
@@ -396,6 +397,12 @@ const maxFloor = math.MaxInt64 - 1
 // 2^63-2; otherwise the error wraps ErrInvalidToken and nothing changes.
 // A missing counter is seeded from the Redis clock as on acquire, but
 // never below floor.
+//
+// A counter holding what the library did not write returns an error
+// wrapping ErrCorrupt, and nothing changes. When Redis cannot be reached
+// or does not answer before ctx ends, the error wraps ErrUnavailable and
+// the counter may or may not have been raised: calling Advance again is
+// safe.
 func (l *Locker) Advance(ctx context.Context, resource string, floor Token) error {
 	if err := l.check(resource); err != nil {
 		return err

@@ -58,7 +58,9 @@ func NewMemoryStore() *MemoryStore {
 	return &MemoryStore{data: make(map[string]memoryEntry)}
 }
 
-// Put implements Store. It keeps a copy of value.
+// Put implements Store. It keeps a copy of value. With a ctx already done
+// it returns ctx.Err() and stores nothing: there is no backend to be
+// unavailable.
 func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
 	if err := checkName(resource); err != nil {
 		return err
@@ -78,7 +80,8 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 	return nil
 }
 
-// Get implements Store. It returns a copy of the value.
+// Get implements Store. It returns a copy of the value. With a ctx already
+// done it returns ctx.Err().
 func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
 	if err := checkName(resource); err != nil {
 		return nil, 0, err

@@ -9,8 +9,10 @@ import (
 // resource's lock. A valid token is greater than zero; the zero Token means
 // "no token" and every store refuses it.
 //
-// Tokens of one resource are comparable: a higher token was granted later.
-// Tokens of different resources are unrelated.
+// Tokens of one resource are comparable: a later grant gets a higher
+// token, unless Redis lost the resource's counter and its clock is behind
+// (see "What is promised" in the package documentation). Tokens of
+// different resources are unrelated.
 type Token uint64
 
 // maxTokenDigits is the length of the largest uint64 in decimal.

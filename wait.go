@@ -34,8 +34,10 @@ const minQueueLife = 100 * time.Millisecond
 // release that hands it the lock, not by a timer; the timer only covers a
 // message lost with a broken connection, a holder that crashed, and the
 // renewal of the waiter's place in the queue. It fires after a third of
-// the TTL (the place's renewal), kept between minDelay and maxDelay, or
-// when the holder's TTL runs out, if that is sooner. Defaults:
+// the waiter's TTL or of 100 ms, whichever is longer (the renewal of its
+// place), kept between
+// minDelay and maxDelay, or when the holder's TTL runs out, if that is
+// sooner. Defaults:
 // DefaultMinRetryDelay and DefaultMaxRetryDelay. A minDelay below 1ms is
 // raised to 1ms and a maxDelay below minDelay is raised to minDelay.
 func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
@@ -43,9 +45,10 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 }
 
 // Acquire locks resource for ttl, waiting while another owner holds it,
-// until it gets the lock or ctx is done. On success the Lock carries a
-// token higher than every token granted on resource before, and Redis has
-// granted it: a Lock is never returned on a local belief. Waiters are
+// until it gets the lock or ctx is done. On success Redis has granted the
+// Lock, with a token higher than every token granted on resource before
+// (unless Redis lost the counter and its clock is behind: see "What is
+// promised"): a Lock is never returned on a local belief. Waiters are
 // served first come, first served.
 //
 // When ctx ends while Redis last said that another owner holds the lock,
