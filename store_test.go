@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/history"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -183,52 +183,17 @@ func TestCorruptRedisStoreValue(t *testing.T) {
 	})
 }
 
-type ltOpKind int
-
-const (
-	ltPutOp ltOpKind = iota
-	ltGetOp
-)
-
-type ltOutcome int
-
-const (
-	ltAccepted ltOutcome = iota // Put stored
-	ltStale                     // Put refused with a *StaleTokenError
-	ltRead                      // Get returned a value
-	ltNotFound                  // Get found nothing
-)
-
-// ltOp is one call to a Store. invoke and complete come from one atomic
-// clock, taken just before the call and just after it returned, so
-// a.complete < b.invoke means a returned before b was called.
-type ltOp struct {
-	kind     ltOpKind
-	resource string
-	token    fencedlock.Token // Put: the writer's; Get: the one returned
-	value    string           // Put: written (unique); Get: returned
-	outcome  ltOutcome
-	stale    fencedlock.StaleTokenError // for ltStale: what the store reported
-
-	invoke, complete int64
-}
-
-func (o ltOp) String() string {
-	kind := "Put"
-	if o.kind == ltGetOp {
-		kind = "Get"
-	}
-	return fmt.Sprintf("%s(%s, token %d, %q)@[%d,%d]", kind, o.resource, o.token, o.value, o.invoke, o.complete)
-}
-
-// ltHistory records the calls of many goroutines to one Store.
-type ltHistory struct {
+// storeHistory records the calls of many goroutines to one Store as a
+// history for the fenced-register checker, internal/history. Call and
+// Return are ticks of one atomic clock, taken just before the call and
+// just after it returned.
+type storeHistory struct {
 	clock atomic.Int64
 	mu    sync.Mutex
-	ops   []ltOp // guarded by mu
+	ops   []history.Op // guarded by mu
 }
 
-func (h *ltHistory) add(op ltOp) {
+func (h *storeHistory) add(op history.Op) {
 	h.mu.Lock()
 	h.ops = append(h.ops, op)
 	h.mu.Unlock()
@@ -236,17 +201,17 @@ func (h *ltHistory) add(op ltOp) {
 
 // put calls s.Put and records it. It returns errors other than a stale
 // token, which are not recorded.
-func (h *ltHistory) put(ctx context.Context, s fencedlock.Store, resource string, token fencedlock.Token, value string) (ltOp, error) {
-	op := ltOp{kind: ltPutOp, resource: resource, token: token, value: value}
-	op.invoke = h.clock.Add(1)
+func (h *storeHistory) put(ctx context.Context, s fencedlock.Store, resource string, token fencedlock.Token, value string) (history.Op, error) {
+	op := history.Op{Kind: history.Put, Resource: resource, Token: token, Value: value}
+	op.Call = h.clock.Add(1)
 	err := s.Put(ctx, resource, token, []byte(value))
-	op.complete = h.clock.Add(1)
+	op.Return = h.clock.Add(1)
 	var se *fencedlock.StaleTokenError
 	switch {
 	case err == nil:
-		op.outcome = ltAccepted
+		op.Outcome = history.OK
 	case errors.As(err, &se):
-		op.outcome, op.stale = ltStale, *se
+		op.Outcome, op.Current, op.Refusal = history.Stale, se.Current, se
 	default:
 		return op, err
 	}
@@ -255,16 +220,16 @@ func (h *ltHistory) put(ctx context.Context, s fencedlock.Store, resource string
 }
 
 // get calls s.Get and records it.
-func (h *ltHistory) get(ctx context.Context, s fencedlock.Store, resource string) error {
-	op := ltOp{kind: ltGetOp, resource: resource}
-	op.invoke = h.clock.Add(1)
+func (h *storeHistory) get(ctx context.Context, s fencedlock.Store, resource string) error {
+	op := history.Op{Kind: history.Get, Resource: resource}
+	op.Call = h.clock.Add(1)
 	v, tok, err := s.Get(ctx, resource)
-	op.complete = h.clock.Add(1)
+	op.Return = h.clock.Add(1)
 	switch {
 	case err == nil:
-		op.outcome, op.value, op.token = ltRead, string(v), tok
+		op.Outcome, op.Value, op.Token = history.OK, string(v), tok
 	case errors.Is(err, fencedlock.ErrNotFound):
-		op.outcome = ltNotFound
+		op.Outcome = history.NotFound
 	default:
 		return err
 	}
@@ -272,108 +237,23 @@ func (h *ltHistory) get(ctx context.Context, s fencedlock.Store, resource string
 	return nil
 }
 
-// ltCheckFenced checks a history against the fenced register: each
-// resource holds one value and the token that wrote it, a Put is accepted
-// exactly when its token is not below the stored one, and every call takes
-// effect at one instant between its invocation and its return. It returns
-// one line per violation. Values written must be unique.
-//
-//   - An accepted Put's token is not below that of any Put accepted before
-//     it was called (the stored token never falls).
-//   - A refused Put reports its own resource and token, and a Current above
-//     its token that an accepted Put called before the refusal returned
-//     had written.
-//   - A Get returns a value and token that one accepted Put W wrote, W
-//     called before the Get returned, and no accepted Put that returned
-//     before the Get was called either came after W or had a higher token.
-//   - A Get finds nothing only if no Put was accepted before it was called.
-func ltCheckFenced(ops []ltOp) []string {
-	var bad []string
-	byResource := map[string][]ltOp{}
-	for _, op := range ops {
-		byResource[op.resource] = append(byResource[op.resource], op)
-	}
-	for _, rops := range byResource {
-		var accepted []ltOp
-		writer := map[string]ltOp{}
-		for _, op := range rops {
-			if op.kind == ltPutOp && op.outcome == ltAccepted {
-				accepted = append(accepted, op)
-				writer[op.value] = op
-			}
-		}
-		for _, op := range rops {
-			switch {
-			case op.kind == ltPutOp && op.outcome == ltAccepted:
-				for _, q := range accepted {
-					if q.complete < op.invoke && q.token > op.token {
-						bad = append(bad, fmt.Sprintf("%v accepted after %v had been", op, q))
-					}
-				}
-			case op.kind == ltPutOp && op.outcome == ltStale:
-				if op.stale.Resource != op.resource || op.stale.Token != op.token {
-					bad = append(bad, fmt.Sprintf("%v refused with %+v, naming another write", op, op.stale))
-				}
-				if op.stale.Current <= op.token {
-					bad = append(bad, fmt.Sprintf("%v refused though the store holds %d", op, op.stale.Current))
-				}
-				found := false
-				for _, w := range accepted {
-					if w.token == op.stale.Current && w.invoke < op.complete {
-						found = true
-					}
-				}
-				if !found {
-					bad = append(bad, fmt.Sprintf("%v refused with current %d, which no earlier accepted Put wrote", op, op.stale.Current))
-				}
-			case op.kind == ltGetOp && op.outcome == ltRead:
-				w, ok := writer[op.value]
-				if !ok {
-					bad = append(bad, fmt.Sprintf("%v returned a value no accepted Put wrote", op))
-					continue
-				}
-				if w.token != op.token {
-					bad = append(bad, fmt.Sprintf("%v returned the value of %v with another token", op, w))
-				}
-				if w.invoke > op.complete {
-					bad = append(bad, fmt.Sprintf("%v returned the value of %v, called after it", op, w))
-				}
-				for _, q := range accepted {
-					if q.value != w.value && q.complete < op.invoke && (q.token > op.token || w.complete < q.invoke) {
-						bad = append(bad, fmt.Sprintf("%v returned the value of %v, overwritten by %v before it", op, w, q))
-					}
-				}
-			case op.kind == ltGetOp && op.outcome == ltNotFound:
-				for _, q := range accepted {
-					if q.complete < op.invoke {
-						bad = append(bad, fmt.Sprintf("%v found nothing after %v", op, q))
-						break
-					}
-				}
-			}
-		}
-	}
-	sort.Strings(bad)
-	return bad
-}
-
-// ltWorkload drives a Store the way fenced holders do: acquire, write a
+// fencedWorkload drives a Store the way fenced holders do: acquire, write a
 // few times, sometimes pause (lose the lock, then write late once another
 // holder has written with a higher token), release; with reads all along.
 // It returns the history and the late writes made after a higher write had
 // been accepted.
-func ltWorkload(t *testing.T, l *fencedlock.Locker, s fencedlock.Store, tag string) ([]ltOp, []ltOp) {
+func fencedWorkload(t *testing.T, l *fencedlock.Locker, s fencedlock.Store, tag string) ([]history.Op, []history.Op) {
 	t.Helper()
 	ctx := testCtx(t)
 	const workers, rounds = 4, 10
 	resources := []string{tag + "-a", tag + "-b"}
-	h := &ltHistory{}
+	h := &storeHistory{}
 
 	var highMu sync.Mutex
 	high := map[string]fencedlock.Token{} // highest token of a returned accepted Put; guarded by highMu
-	put := func(res string, tok fencedlock.Token, value string) (ltOp, error) {
+	put := func(res string, tok fencedlock.Token, value string) (history.Op, error) {
 		op, err := h.put(ctx, s, res, tok, value)
-		if err == nil && op.outcome == ltAccepted {
+		if err == nil && op.Outcome == history.OK {
 			highMu.Lock()
 			if tok > high[res] {
 				high[res] = tok
@@ -389,7 +269,7 @@ func ltWorkload(t *testing.T, l *fencedlock.Locker, s fencedlock.Store, tag stri
 	}
 
 	var lateMu sync.Mutex
-	var late []ltOp // guarded by lateMu
+	var late []history.Op // guarded by lateMu
 
 	stopReader := make(chan struct{})
 	var readerDone sync.WaitGroup
@@ -483,121 +363,77 @@ func TestFencedHistory(t *testing.T) {
 		for _, s := range bothStores(b) {
 			s := s
 			t.Run(s.name, func(t *testing.T) {
-				ops, late := ltWorkload(t, l, s.store, s.name)
+				ops, late := fencedWorkload(t, l, s.store, s.name)
 				require.NotEmpty(t, late, "no holder wrote late after a higher token: the history tests nothing")
 				for _, op := range late {
-					assert.Equal(t, ltStale, op.outcome, "late write %v was accepted", op)
+					assert.Equal(t, history.Stale, op.Outcome, "late write %v was accepted", op)
 				}
 				var puts, stale, reads int
 				for _, op := range ops {
-					switch op.outcome {
-					case ltAccepted:
+					switch {
+					case op.Kind == history.Put && op.Outcome == history.OK:
 						puts++
-					case ltStale:
+					case op.Outcome == history.Stale:
 						stale++
-					case ltRead:
+					case op.Kind == history.Get && op.Outcome == history.OK:
 						reads++
 					}
 				}
 				assert.Positive(t, puts)
 				assert.Positive(t, reads)
 				assert.GreaterOrEqual(t, stale, len(late))
-				assert.Empty(t, ltCheckFenced(ops), "the history breaks the fenced register")
+				assert.Empty(t, history.Check(ops), "the history breaks the fenced register")
 			})
 		}
 	})
 }
 
-// ltUnfencedStore keeps the last write whatever its token: the store the
+// unfencedStore keeps the last write whatever its token: the store the
 // fencing rule exists to replace.
-type ltUnfencedStore struct {
+type unfencedStore struct {
 	mu   sync.Mutex
-	data map[string]ltOp // guarded by mu
+	data map[string]history.Op // guarded by mu
 }
 
-func (s *ltUnfencedStore) Put(_ context.Context, resource string, token fencedlock.Token, value []byte) error {
+func (s *unfencedStore) Put(_ context.Context, resource string, token fencedlock.Token, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.data == nil {
-		s.data = map[string]ltOp{}
+		s.data = map[string]history.Op{}
 	}
-	s.data[resource] = ltOp{token: token, value: string(value)}
+	s.data[resource] = history.Op{Token: token, Value: string(value)}
 	return nil
 }
 
-func (s *ltUnfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
+func (s *unfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[resource]
 	if !ok {
 		return nil, 0, fencedlock.ErrNotFound
 	}
-	return []byte(e.value), e.token, nil
+	return []byte(e.Value), e.Token, nil
 }
 
 // The checker must be able to fail: the same workload on a store without
 // the fence breaks the register.
 func TestFencedHistoryCheckerCatchesUnfencedStore(t *testing.T) {
 	b := redistest.Mini(t)
-	ops, late := ltWorkload(t, newLocker(b), &ltUnfencedStore{}, "unfenced")
+	ops, late := fencedWorkload(t, newLocker(b), &unfencedStore{}, "unfenced")
 	require.NotEmpty(t, late)
-	bad := ltCheckFenced(ops)
+	bad := history.Check(ops)
 	require.NotEmpty(t, bad, "an unfenced store passed the fenced-register check")
-	lowerAccepted := 0
-	for _, v := range bad {
-		if strings.Contains(v, "accepted after") {
-			lowerAccepted++
+	// The writes alone break it: a lower token accepted after a higher
+	// one had been.
+	var puts []history.Op
+	for _, op := range ops {
+		if op.Kind == history.Put {
+			puts = append(puts, op)
 		}
 	}
-	assert.Positive(t, lowerAccepted, "no lower token accepted after a higher one was reported")
+	assert.NotEmpty(t, history.Check(puts), "no lower token accepted after a higher one was reported")
 	for _, op := range late {
-		assert.Equal(t, ltAccepted, op.outcome)
+		assert.Equal(t, history.OK, op.Outcome)
 	}
 	t.Logf("%d violations, the first: %s", len(bad), bad[0])
-}
-
-// Each rule of the checker rejects a history that breaks it, and accepts
-// the one that keeps them all.
-func TestFencedHistoryCheckerRules(t *testing.T) {
-	put := func(tok fencedlock.Token, value string, inv, comp int64) ltOp {
-		return ltOp{kind: ltPutOp, resource: "r", token: tok, value: value, outcome: ltAccepted, invoke: inv, complete: comp}
-	}
-	stale := func(tok, cur fencedlock.Token, value string, inv, comp int64) ltOp {
-		return ltOp{kind: ltPutOp, resource: "r", token: tok, value: value, outcome: ltStale,
-			stale: fencedlock.StaleTokenError{Resource: "r", Token: tok, Current: cur}, invoke: inv, complete: comp}
-	}
-	get := func(tok fencedlock.Token, value string, inv, comp int64) ltOp {
-		return ltOp{kind: ltGetOp, resource: "r", token: tok, value: value, outcome: ltRead, invoke: inv, complete: comp}
-	}
-	notFound := func(inv, comp int64) ltOp {
-		return ltOp{kind: ltGetOp, resource: "r", outcome: ltNotFound, invoke: inv, complete: comp}
-	}
-	tests := []struct {
-		name string
-		ops  []ltOp
-		ok   bool
-	}{
-		{"valid", []ltOp{notFound(1, 2), put(5, "a", 3, 4), put(5, "b", 5, 6), get(5, "b", 7, 8),
-			put(7, "c", 9, 12), get(5, "b", 10, 11), stale(5, 7, "d", 13, 14), get(7, "c", 15, 16)}, true},
-		{"overlapping calls may take effect in either order", []ltOp{put(5, "a", 1, 6), put(7, "b", 2, 5), get(5, "a", 3, 8)}, true},
-		{"lower token accepted after a higher one", []ltOp{put(7, "a", 1, 2), put(5, "b", 3, 4)}, false},
-		{"refused though not stale", []ltOp{put(5, "a", 1, 2), stale(6, 5, "b", 3, 4)}, false},
-		{"refused with a current never written", []ltOp{put(5, "a", 1, 2), stale(3, 9, "b", 3, 4)}, false},
-		{"refusal names another token", []ltOp{put(9, "a", 1, 2),
-			{kind: ltPutOp, resource: "r", token: 3, value: "b", outcome: ltStale, stale: fencedlock.StaleTokenError{Resource: "r", Token: 4, Current: 9}, invoke: 3, complete: 4}}, false},
-		{"read of a value never written", []ltOp{put(5, "a", 1, 2), get(5, "zzz", 3, 4)}, false},
-		{"read with the wrong token", []ltOp{put(5, "a", 1, 2), get(6, "a", 3, 4)}, false},
-		{"read of a value written later", []ltOp{get(5, "a", 1, 2), put(5, "a", 3, 4)}, false},
-		{"stale read, same token", []ltOp{put(5, "a", 1, 2), put(5, "b", 3, 4), get(5, "a", 5, 6)}, false},
-		{"stale read, higher token", []ltOp{put(5, "a", 1, 3), put(7, "b", 2, 4), get(5, "a", 5, 6)}, false},
-		{"not found after a write", []ltOp{put(5, "a", 1, 2), notFound(3, 4)}, false},
-	}
-	for _, tc := range tests {
-		bad := ltCheckFenced(tc.ops)
-		if tc.ok {
-			assert.Empty(t, bad, tc.name)
-		} else {
-			assert.NotEmpty(t, bad, tc.name)
-		}
-	}
 }
