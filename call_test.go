@@ -287,10 +287,7 @@ func warmProxiedClient(t *testing.T, ctx context.Context, fl *fencedlock.Locker,
 	for i := 0; i < n; i++ {
 		go func() { errs <- c.Ping(ctx).Err() }()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.PoolStats().TotalConns < uint32(n) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	pollUntil(5*time.Second, func() bool { return c.PoolStats().TotalConns >= uint32(n) })
 	p.Resume()
 	for i := 0; i < n; i++ {
 		require.NoError(t, <-errs)
@@ -528,10 +525,7 @@ func TestLostReplyOfCleanupTooIsReported(t *testing.T) {
 // proxy held (HoldRequests): they have arrived and run.
 func awaitProxyAnswered(t *testing.T, p *redistest.Proxy, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Answered() < n && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	pollUntil(5*time.Second, func() bool { return p.Answered() >= n })
 	require.Equal(t, n, p.Answered(), "the held requests were not answered (%d released)", p.Released())
 }
 

@@ -341,10 +341,7 @@ func newStalledRedis(t *testing.T, b *redistest.Backend, ctxTimeout bool) *stall
 // goes on in the background after they returned: it waits up to d.
 func requireNoGoroutinesLeftWithin(t *testing.T, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for len(ourGoroutines()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	pollUntil(d, func() bool { return len(ourGoroutines()) == 0 })
 	requireNoGoroutinesLeft(t)
 }
 
@@ -365,10 +362,7 @@ func ourGoroutines() []string {
 // running a second after the test's locks and waits ended.
 func requireNoGoroutinesLeft(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for len(ourGoroutines()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	pollUntil(time.Second, func() bool { return len(ourGoroutines()) == 0 })
 	if left := ourGoroutines(); len(left) > 0 {
 		t.Errorf("%d goroutines of the library left:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
@@ -414,15 +408,27 @@ func grantsChannel(l *fencedlock.Locker, resource string) string {
 	return strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
 }
 
+// pollUntil checks cond every 2ms until it holds or d has passed, and
+// reports whether it held: the one polling loop of the tests, for waits
+// on something observable instead of a blind sleep.
+func pollUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return cond()
+		}
+		<-tick.C
+	}
+	return true
+}
+
 // waitUntil waits up to 5s for cond, failing t with what otherwise.
 func waitUntil(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting: " + what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !pollUntil(5*time.Second, cond) {
+		t.Fatal("timed out waiting: " + what)
 	}
 }
 

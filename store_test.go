@@ -324,10 +324,7 @@ func fencedWorkload(t *testing.T, l *fencedlock.Locker, s fencedlock.Store, tag 
 				if err := lock.Release(ctx); err != nil {
 					t.Errorf("worker %d release: %v", w, err)
 				}
-				deadline := time.Now().Add(300 * time.Millisecond)
-				for !higher(res, lock.Token()) && time.Now().Before(deadline) {
-					time.Sleep(200 * time.Microsecond)
-				}
+				pollUntil(300*time.Millisecond, func() bool { return higher(res, lock.Token()) })
 				waited := higher(res, lock.Token())
 				op, err := put(res, lock.Token(), fmt.Sprintf("w%d-r%d-late", w, i))
 				if err != nil {

@@ -457,10 +457,12 @@ func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	var slow atomic.Bool
+	var slowDials atomic.Int32
 	c := redis.NewClient(&redis.Options{
 		Addr: b.Client.Options().Addr,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if slow.Load() {
+				slowDials.Add(1)
 				time.Sleep(2 * time.Second) // a connect that takes long
 			}
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -484,9 +486,10 @@ func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := acquireAsync(wctx, l, "r1", longTTL)
-	time.Sleep(100 * time.Millisecond) // r1's subscription is connecting
+	waitUntil(t, func() bool { return l.WaiterRefused("r1") && slowDials.Load() >= 1 }, "r1's subscription to connect")
 	second := acquireAsync(wctx, l, "r2", longTTL)
-	time.Sleep(100 * time.Millisecond) // r2's waits for its turn
+	// r2's subscription waits for its turn behind r1's.
+	waitUntil(t, func() bool { return l.WaiterRefused("r2") }, "r2's waiter to be refused and subscribe")
 	start := time.Now()
 	free, err := l.Acquire(ctx, "free", longTTL)
 	require.NoError(t, err)
@@ -793,10 +796,7 @@ func TestAcquireWaitWhenHolderPTTLIsZero(t *testing.T) {
 		lock, err := waiter.Acquire(actx, res, longTTL, fencedlock.WithRetryDelay(time.Hour, time.Hour))
 		done <- acquireResult{lock, err, time.Now()}
 	}()
-	deadline := time.Now().Add(time.Second)
-	for attempts.count() < 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	pollUntil(time.Second, func() bool { return attempts.count() >= 1 })
 	require.GreaterOrEqual(t, attempts.count(), 1, "Acquire made no attempt")
 	requireStillWaiting(t, done) // its attempts found the lock held
 	b.FastForward(t, time.Millisecond)
