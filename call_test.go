@@ -384,138 +384,112 @@ func (s *cleanupSpy) grant(t *testing.T) (int, fencedlock.Token) {
 	return s.calls, tok
 }
 
-// The reply of a grant is cut off and go-redis re-sends the script: the
-// re-sent run finds the lock held by its own owner and returns the same
-// grant, so the caller gets the lock (not ErrNotAcquired while its own
-// grant blocks everyone for a TTL), and the counter rose once.
-func TestLostReplyOnTheNetworkIsGrantedOnRetry(t *testing.T) {
+// Replies of the acquire script (and of its cleanup) cut off on the wire,
+// one case per number of drops; each case runs TryAcquire and Acquire.
+//
+//   - One drop (MaxRetries 3): go-redis re-sends the script; the re-sent run
+//     finds the lock held by its own owner and returns the same grant, so
+//     the caller gets the lock (not ErrNotAcquired while its own grant
+//     blocks everyone for a TTL), and the counter rose once.
+//   - Every run of the acquire loses its reply (MaxRetries 1: two runs, two
+//     drops): the caller gets an error, not ErrNotAcquired, and the cleanup,
+//     which comes after the drops are used up, frees the grant.
+//   - The cleanup loses its replies too (MaxRetries 1: two acquire runs and
+//     two cleanup runs, four drops). A dropped reply is cut off after Redis
+//     ran the command, so the cleanup did free the grant; but the caller
+//     cannot know that, and the error must say the grant may stay locked
+//     until its TTL ends.
+func TestLostRepliesOnTheNetwork(t *testing.T) {
+	cases := []struct {
+		name       string
+		maxRetries int
+		// warm is the number of warm connections: each retry runs on one
+		// of its own, so that a drop takes the retry's reply, not the
+		// handshake of a new connection.
+		warm  int
+		drops int
+		// granted: the caller gets the lock. Otherwise the cleanup freed
+		// the grant, and cleanupReported says whether the error reports
+		// that it may not have (its replies were lost too).
+		granted, cleanupReported bool
+	}{
+		{"acquire reply lost once is granted on retry", 3, 1, 1, true, false},
+		{"acquire reply lost on every retry leaves no lock", 1, 2, 2, false, false},
+		{"cleanup reply lost too is reported", 1, 4, 4, false, true},
+	}
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		l := newLocker(b)
-		for _, ac := range acquireCalls {
-			ac := ac
-			t.Run(ac.name, func(t *testing.T) {
-				res := "net-lost-" + ac.name
-				fl, p, c := proxiedLocker(t, b, 3)
-				warmProxiedClient(t, ctx, fl, c, p, 1)
-				before := grantAndRelease(t, ctx, l, res)
+		for i, tc := range cases {
+			tc := tc
+			t.Run(tc.name, func(t *testing.T) {
+				for _, ac := range acquireCalls {
+					ac := ac
+					t.Run(ac.name, func(t *testing.T) {
+						res := fmt.Sprintf("net-lost-%d-%s", i, ac.name)
+						fl, p, c := proxiedLocker(t, b, tc.maxRetries)
+						warmProxiedClient(t, ctx, fl, c, p, tc.warm)
+						before := grantAndRelease(t, ctx, l, res)
+						spy := spyCleanup(b, c, l, res)
 
-				p.DropReplies(1)
-				// Short: without the retry's re-grant Acquire would wait for
-				// its own lock to expire.
-				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				lock, err := ac.call(actx, fl, res)
-				require.Equal(t, 1, p.Dropped(), "the proxy did not drop the acquire's reply")
-				require.NoError(t, err, "the re-sent acquire must return the grant its lost reply carried")
-				require.NotNil(t, lock)
-				assert.Greater(t, lock.Token(), before, "the grant must take a higher token")
-				// The counter rose once for the sent and the re-sent run:
-				// it holds the granted token (a second grant would have
-				// raised it past that).
-				counter, _ := getKey(t, b, l.TokenKey(res))
-				assert.Equal(t, lock.Token().String(), counter, "the re-sent acquire raised the counter again")
+						p.DropReplies(tc.drops)
+						// Short: without the retry's re-grant Acquire would
+						// wait for its own lock to expire.
+						actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+						defer cancel()
+						lock, err := ac.call(actx, fl, res)
+						require.Equal(t, tc.drops, p.Dropped(), "the proxy did not drop the %d replies", tc.drops)
 
-				// The lock key is this Lock's: others are refused, its TTL
-				// and Release work.
-				_, err = l.TryAcquire(ctx, res, longTTL)
-				assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
-				ttl, err := lock.TTL(ctx)
-				require.NoError(t, err)
-				assert.Greater(t, ttl, longTTL-5*time.Second)
-				require.NoError(t, lock.Release(ctx))
-				assert.False(t, keyExists(t, b, l.LockKey(res)))
-				assert.Greater(t, grantAndRelease(t, ctx, l, res), lock.Token())
-			})
-		}
-	})
-}
+						if tc.granted {
+							require.NoError(t, err, "the re-sent acquire must return the grant its lost reply carried")
+							require.NotNil(t, lock)
+							assert.Greater(t, lock.Token(), before, "the grant must take a higher token")
+							// The counter rose once for the sent and the
+							// re-sent run: it holds the granted token (a
+							// second grant would have raised it past that).
+							counter, _ := getKey(t, b, l.TokenKey(res))
+							assert.Equal(t, lock.Token().String(), counter, "the re-sent acquire raised the counter again")
 
-// Every run of the acquire loses its reply (MaxRetries 1: two runs, two
-// drops): the caller gets an error, not ErrNotAcquired, and the cleanup,
-// which comes after the drops are used up, frees the grant.
-func TestLostReplyOnEveryRetryLeavesNoLock(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t)
-		l := newLocker(b)
-		for _, ac := range acquireCalls {
-			ac := ac
-			t.Run(ac.name, func(t *testing.T) {
-				res := "net-lost-all-" + ac.name
-				fl, p, c := proxiedLocker(t, b, 1)
-				// Two warm connections: the retry runs on the second one,
-				// so the second drop takes the retry's reply, not the
-				// handshake of a new connection.
-				warmProxiedClient(t, ctx, fl, c, p, 2)
-				before := grantAndRelease(t, ctx, l, res)
-				spy := spyCleanup(b, c, l, res)
+							// The lock key is this Lock's: others are
+							// refused, its TTL and Release work.
+							_, err = l.TryAcquire(ctx, res, longTTL)
+							assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+							ttl, err := lock.TTL(ctx)
+							require.NoError(t, err)
+							assert.Greater(t, ttl, longTTL-5*time.Second)
+							require.NoError(t, lock.Release(ctx))
+							assert.False(t, keyExists(t, b, l.LockKey(res)))
+							assert.Greater(t, grantAndRelease(t, ctx, l, res), lock.Token())
+							return
+						}
 
-				p.DropReplies(2)
-				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				lock, err := ac.call(actx, fl, res)
-				require.Equal(t, 2, p.Dropped(), "the proxy did not drop both replies")
-				assert.Nil(t, lock)
-				require.Error(t, err)
-				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "no attempt got a reply: the lock was not found held")
-				assert.NotErrorIs(t, err, context.DeadlineExceeded)
-				// The cleanup got through at once (no drops were left for its
-				// reply), so the error does not report a failed cleanup.
-				assert.NotContains(t, strings.ToLower(err.Error()), "releas")
-				calls, tok := spy.grant(t)
-				assert.Equal(t, 1, calls, "one cleanup")
-				assert.Greater(t, tok, before)
+						assert.Nil(t, lock)
+						require.Error(t, err)
+						assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "no attempt got a reply: the lock was not found held")
+						if tc.cleanupReported {
+							assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released: %v", err)
+						} else {
+							assert.NotErrorIs(t, err, context.DeadlineExceeded)
+							// The cleanup got through at once (no drops were
+							// left for its reply): no failed cleanup reported.
+							assert.NotContains(t, strings.ToLower(err.Error()), "releas")
+						}
+						calls, tok := spy.grant(t)
+						assert.Equal(t, 1, calls, "one cleanup (go-redis re-sends it within the call)")
+						assert.Greater(t, tok, before)
 
-				// The attempt was granted: the cleanup freed the grant.
-				assert.False(t, keyExists(t, b, l.LockKey(res)), "the grant whose replies were lost is still locked")
-
-				// The first run raised the counter; the re-sent one found its
-				// own grant and did not: the counter holds the grant's token.
-				counter, _ := getKey(t, b, l.TokenKey(res))
-				assert.Equal(t, tok.String(), counter, "the re-sent acquire raised the counter again")
-				assert.Greater(t, grantAndRelease(t, ctx, l, res), tok)
-			})
-		}
-	})
-}
-
-// The cleanup loses its replies too (MaxRetries 1: two acquire runs and
-// two cleanup runs, four drops). A dropped reply is cut off after Redis ran
-// the command, so the cleanup did free the grant; but the caller cannot
-// know that, and the error must say the grant may stay locked until its TTL
-// ends.
-func TestLostReplyOfCleanupTooIsReported(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t)
-		l := newLocker(b)
-		for _, ac := range acquireCalls {
-			ac := ac
-			t.Run(ac.name, func(t *testing.T) {
-				res := "net-lost-cleanup-" + ac.name
-				fl, p, c := proxiedLocker(t, b, 1)
-				warmProxiedClient(t, ctx, fl, c, p, 4)
-				before := grantAndRelease(t, ctx, l, res)
-				spy := spyCleanup(b, c, l, res)
-
-				p.DropReplies(4)
-				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				lock, err := ac.call(actx, fl, res)
-				require.Equal(t, 4, p.Dropped(), "the proxy did not drop the replies of both acquire and both cleanup runs")
-				assert.Nil(t, lock)
-				require.Error(t, err)
-				assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired)
-				assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released: %v", err)
-				calls, tok := spy.grant(t)
-				assert.Equal(t, 1, calls, "one cleanup (go-redis re-sent it within the call)")
-				assert.Greater(t, tok, before)
-
-				// The attempt was granted, and the cleanup ran in Redis (only
-				// its replies were lost): the grant is gone.
-				assert.False(t, keyExists(t, b, l.LockKey(res)), "the cleanup whose replies were lost did not run")
-				counter, _ := getKey(t, b, l.TokenKey(res))
-				assert.Equal(t, tok.String(), counter, "the re-sent acquire raised the counter again")
-				assert.Greater(t, grantAndRelease(t, ctx, l, res), tok)
+						// The attempt was granted, and the cleanup ran in
+						// Redis (at most its replies were lost): the grant is
+						// gone.
+						assert.False(t, keyExists(t, b, l.LockKey(res)), "the grant whose replies were lost is still locked")
+						// The first run raised the counter; the re-sent one
+						// found its own grant and did not: the counter holds
+						// the grant's token.
+						counter, _ := getKey(t, b, l.TokenKey(res))
+						assert.Equal(t, tok.String(), counter, "the re-sent acquire raised the counter again")
+						assert.Greater(t, grantAndRelease(t, ctx, l, res), tok)
+					})
+				}
 			})
 		}
 	})
