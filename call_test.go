@@ -808,10 +808,12 @@ func TestSecondReleaseKeepsItsDeadline(t *testing.T) {
 	ctx := testCtx(t)
 	s := newStalledRedis(t, b, false)
 	lock := mustTryAcquire(t, ctx, s.l, "twice", longTTL)
+	log := &commandLog{}
+	s.c.AddHook(log)
 	s.p.Pause()
 	first := make(chan error, 1)
 	go func() { first <- lock.Release(context.Background()) }() // bounded by go-redis's timeouts alone
-	time.Sleep(20 * time.Millisecond)
+	waitUntil(t, func() bool { return len(log.since(time.Time{})) > 0 }, "the first Release to be sent")
 	returnsWithin(t, "second Release", 200*time.Millisecond, func(ctx context.Context) error {
 		err := lock.Release(ctx)
 		assert.ErrorIs(t, err, fencedlock.ErrUnavailable)

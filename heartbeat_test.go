@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,47 +16,6 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
-
-// commandLog is a client hook that records when each script call
-// started and which script it ran, by the Lua it names in its arguments.
-type commandLog struct {
-	mu    sync.Mutex
-	calls []loggedCommand
-}
-
-type loggedCommand struct {
-	at   time.Time
-	name string
-	args []any
-}
-
-func (h *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.calls = append(h.calls, loggedCommand{time.Now(), strings.ToLower(cmd.Name()), cmd.Args()})
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-// since returns the commands that started at or after t.
-func (h *commandLog) since(t time.Time) []loggedCommand {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []loggedCommand
-	for _, c := range h.calls {
-		if !c.at.Before(t) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // A heartbeat keeps a lock through ten times its TTL, while a lock without
 // one expires; Release then ends it.

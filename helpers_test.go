@@ -316,6 +316,7 @@ var lockValuePattern = regexp.MustCompile(`^([0-9a-f]{32}):([0-9]+)$`)
 type stalledRedis struct {
 	b      *redistest.Backend
 	p      *redistest.Proxy
+	c      *redis.Client // l's and store's, through p
 	l      *fencedlock.Locker
 	store  *fencedlock.RedisStore
 	direct *fencedlock.Locker
@@ -330,7 +331,7 @@ func newStalledRedis(t *testing.T, b *redistest.Backend, ctxTimeout bool) *stall
 		c.Close()
 	})
 	return &stalledRedis{
-		b: b, p: p,
+		b: b, p: p, c: c,
 		l:      fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)),
 		store:  fencedlock.NewRedisStore(c, fencedlock.WithStorePrefix(b.Prefix)),
 		direct: newLocker(b),
@@ -458,3 +459,44 @@ func acquireAsync(ctx context.Context, l *fencedlock.Locker, resource string, tt
 // hourRetryDelay makes Acquire's fallback timer useless within a test: a
 // waiter that gets the lock was woken by the release.
 var hourRetryDelay = fencedlock.WithRetryDelay(time.Hour, time.Hour)
+
+// commandLog is a client hook that records when each script call
+// started and which script it ran, by the Lua it names in its arguments.
+type commandLog struct {
+	mu    sync.Mutex
+	calls []loggedCommand
+}
+
+type loggedCommand struct {
+	at   time.Time
+	name string
+	args []any
+}
+
+func (h *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.calls = append(h.calls, loggedCommand{time.Now(), strings.ToLower(cmd.Name()), cmd.Args()})
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+// since returns the commands that started at or after t.
+func (h *commandLog) since(t time.Time) []loggedCommand {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []loggedCommand
+	for _, c := range h.calls {
+		if !c.at.Before(t) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
