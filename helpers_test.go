@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,11 +216,6 @@ type acquireResult struct {
 	at   time.Time
 }
 
-// acquireAsyncPolling runs Acquire in a goroutine.
-func acquireAsyncPolling(ctx context.Context, l *fencedlock.Locker, resource string) <-chan acquireResult {
-	return acquireAsync(ctx, l, resource, longTTL, fencedlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
-}
-
 // requireStillWaiting checks that an Acquire has not returned.
 func requireStillWaiting(t *testing.T, done <-chan acquireResult) {
 	t.Helper()
@@ -279,31 +273,6 @@ var acquireCalls = []acquireCall{
 	{"Acquire", func(ctx context.Context, l *fencedlock.Locker, resource string) (*fencedlock.Lock, error) {
 		return l.Acquire(ctx, resource, longTTL)
 	}},
-}
-
-// acquireAttemptCounter is a client hook that counts the acquire scripts (the
-// EVALSHA or EVAL naming tokenKey) that got a reply.
-type acquireAttemptCounter struct {
-	tokenKey string
-	n        atomic.Int32
-}
-
-func (h *acquireAttemptCounter) count() int { return int(h.n.Load()) }
-
-func (h *acquireAttemptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *acquireAttemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *acquireAttemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil && isAcquireScript(cmd, h.tokenKey) {
-			h.n.Add(1)
-		}
-		return err
-	}
 }
 
 // lockValuePattern matches a lock key's value: the owner's 128-bit nonce in hex,

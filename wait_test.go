@@ -909,3 +909,33 @@ func requireNotHolding(t *testing.T, lock *fencedlock.Lock) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "lost") || strings.Contains(err.Error(), "released"), "%v", err)
 }
+
+// acquireAsyncPolling runs Acquire in a goroutine.
+func acquireAsyncPolling(ctx context.Context, l *fencedlock.Locker, resource string) <-chan acquireResult {
+	return acquireAsync(ctx, l, resource, longTTL, fencedlock.WithRetryDelay(time.Millisecond, 5*time.Millisecond))
+}
+
+// acquireAttemptCounter is a client hook that counts the acquire scripts (the
+// EVALSHA or EVAL naming tokenKey) that got a reply.
+type acquireAttemptCounter struct {
+	tokenKey string
+	n        atomic.Int32
+}
+
+func (h *acquireAttemptCounter) count() int { return int(h.n.Load()) }
+
+func (h *acquireAttemptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *acquireAttemptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *acquireAttemptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && isAcquireScript(cmd, h.tokenKey) {
+			h.n.Add(1)
+		}
+		return err
+	}
+}
