@@ -2,8 +2,9 @@ package fencedlock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +16,9 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// ltRequireUnavailable checks that err says the backend is down, not who
+// requireUnavailable checks that err says the backend is down, not who
 // holds the lock.
-func ltRequireUnavailable(t *testing.T, err error, what string) {
+func requireUnavailable(t *testing.T, err error, what string) {
 	t.Helper()
 	require.Error(t, err, what)
 	assert.ErrorIs(t, err, fencedlock.ErrUnavailable, what)
@@ -30,16 +31,16 @@ func ltRequireUnavailable(t *testing.T, err error, what string) {
 // refused, and does not speak of a grant that no request could carry.
 func TestRefusedConnectionIsUnavailable(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	c := srv.Client(t)
 	l := fencedlock.New(c)
 	store := fencedlock.NewRedisStore(c)
-	held := ltTryAcquire(t, ctx, l, "held", ltLongTTL)
+	held := mustTryAcquire(t, ctx, l, "held", longTTL)
 	srv.Kill()
 
 	check := func(what string, err error) {
 		t.Helper()
-		ltRequireUnavailable(t, err, what)
+		requireUnavailable(t, err, what)
 		var op *net.OpError
 		assert.ErrorAs(t, err, &op, what)
 		assert.Contains(t, err.Error(), "refused", what)
@@ -49,18 +50,18 @@ func TestRefusedConnectionIsUnavailable(t *testing.T) {
 	// itself then returns ctx's error, so only ErrUnavailable can be said.
 	checkShort := func(what string, err error) {
 		t.Helper()
-		ltRequireUnavailable(t, err, what)
+		requireUnavailable(t, err, what)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, what)
 	}
-	_, err := l.TryAcquire(ctx, "r", ltLongTTL)
+	_, err := l.TryAcquire(ctx, "r", longTTL)
 	check("TryAcquire", err)
 	actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = l.Acquire(actx, "r", ltLongTTL)
+	_, err = l.Acquire(actx, "r", longTTL)
 	cancel()
 	checkShort("Acquire", err)
-	_, err = l.Acquire(ctx, "r", ltLongTTL)
+	_, err = l.Acquire(ctx, "r", longTTL)
 	check("Acquire", err)
-	check("Refresh", held.Refresh(ctx, ltLongTTL))
+	check("Refresh", held.Refresh(ctx, longTTL))
 	_, err = held.TTL(ctx)
 	check("TTL", err)
 	_, err = l.IssueToken(ctx, "other", "owner")
@@ -83,28 +84,28 @@ func TestErrorRepliesAreUnavailable(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			ctx := ltCtx(t)
+			ctx := testCtx(t)
 			c := srv.Client(t)
 			l := fencedlock.New(c)
 			store := fencedlock.NewRedisStore(c)
-			held := ltTryAcquire(t, ctx, l, "held", ltLongTTL)
+			held := mustTryAcquire(t, ctx, l, "held", longTTL)
 			require.NoError(t, c.Do(ctx, setup...).Err())
 			check := func(what string, err error) {
 				t.Helper()
-				ltRequireUnavailable(t, err, what)
+				requireUnavailable(t, err, what)
 				var rerr redis.Error
 				assert.ErrorAs(t, err, &rerr, what)
 				assert.Contains(t, err.Error(), name, what)
 			}
-			_, err := l.TryAcquire(ctx, "r", ltLongTTL)
+			_, err := l.TryAcquire(ctx, "r", longTTL)
 			check("TryAcquire", err)
 			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			_, err = l.Acquire(actx, "r", ltLongTTL)
+			_, err = l.Acquire(actx, "r", longTTL)
 			cancel()
 			check("Acquire", err)
 			check("Put", store.Put(ctx, "r", 1, []byte("v")))
 			if name == "READONLY" { // OOM lets commands that free or keep memory run
-				check("Refresh", held.Refresh(ctx, ltLongTTL))
+				check("Refresh", held.Refresh(ctx, longTTL))
 				check("Release", held.Release(ctx))
 			}
 			assert.NoError(t, held.Err())
@@ -112,55 +113,41 @@ func TestErrorRepliesAreUnavailable(t *testing.T) {
 	}
 }
 
-// Resource names longer than MaxResourceLen are refused before anything is
-// sent, and no error repeats a long name whole.
-func TestResourceNameLimit(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
-		huge := strings.Repeat("n", 1<<20)
-		over := strings.Repeat("o", fencedlock.MaxResourceLen+1)
-		for _, name := range []string{huge, over} {
-			check := func(what string, err error) {
-				t.Helper()
-				assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, what)
-				if err != nil {
-					assert.Less(t, len(err.Error()), 400, "%s: the error repeats the name: %.400s", what, err)
-				}
-			}
-			_, err := l.TryAcquire(ctx, name, ltLongTTL)
-			check("TryAcquire", err)
-			_, err = l.Acquire(ctx, name, ltLongTTL)
-			check("Acquire", err)
-			check("Do", l.Do(ctx, name, ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }))
-			check("Advance", l.Advance(ctx, name, 5))
-			_, err = l.IssueToken(ctx, name, "owner")
-			check("IssueToken", err)
-			check("AdvanceIssued", l.AdvanceIssued(ctx, name, 5))
-			for _, s := range ltStores(b) {
-				check(s.name+".Put", s.store.Put(ctx, name, 1, []byte("v")))
-				_, _, err = s.store.Get(ctx, name)
-				check(s.name+".Get", err)
-			}
-		}
-		assert.Empty(t, ltKeys(t, b), "a refused name wrote to Redis")
+func TestStaleTokenErrorMessage(t *testing.T) {
+	err := &fencedlock.StaleTokenError{Resource: "order-queue", Token: 1795969516343361, Current: 1795969516343362}
+	msg := err.Error()
+	assert.Contains(t, msg, `"order-queue"`)
+	assert.Contains(t, msg, "1795969516343361")
+	assert.Contains(t, msg, "1795969516343362")
+	assert.Contains(t, msg, "fencedlock:")
+}
 
-		longest := strings.Repeat("m", fencedlock.MaxResourceLen)
-		lock := ltTryAcquire(t, ctx, l, longest, ltLongTTL)
-		for _, s := range ltStores(b) {
-			require.NoError(t, s.store.Put(ctx, longest, lock.Token(), []byte("v")), s.name)
-			_, tok, err := s.store.Get(ctx, longest)
-			require.NoError(t, err, s.name)
-			assert.Equal(t, lock.Token(), tok)
-		}
-		_, err := l.IssueToken(ctx, longest, "owner")
-		assert.ErrorIs(t, err, fencedlock.ErrLockLost, "IssueToken on a lock key of MaxResourceLen bytes")
-		require.NoError(t, lock.Release(ctx))
-		// Errors about a long name quote only its start.
-		_, err = ltLocker(b).TryAcquire(ctx, longest, ltLongTTL)
-		require.NoError(t, err)
-		_, err = ltLocker(b).TryAcquire(ctx, longest, ltLongTTL)
-		require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
-		assert.Less(t, len(err.Error()), 400, "%.400s", err)
-	})
+func TestStaleTokenErrorWrapping(t *testing.T) {
+	orig := fencedlock.CheckToken("r", 3, 7)
+	require.Error(t, orig)
+
+	wrapped := fmt.Errorf("saving order: %w", fmt.Errorf("put: %w", orig))
+	assert.ErrorIs(t, wrapped, fencedlock.ErrStaleToken)
+	assert.NotErrorIs(t, wrapped, fencedlock.ErrLockLost)
+	assert.NotErrorIs(t, wrapped, fencedlock.ErrNotAcquired)
+
+	var se *fencedlock.StaleTokenError
+	require.True(t, errors.As(wrapped, &se))
+	assert.Equal(t, "r", se.Resource)
+	assert.Equal(t, fencedlock.Token(3), se.Token)
+	assert.Equal(t, fencedlock.Token(7), se.Current)
+	assert.Contains(t, wrapped.Error(), se.Error())
+
+	joined := errors.Join(errors.New("other"), orig)
+	assert.ErrorIs(t, joined, fencedlock.ErrStaleToken)
+	require.True(t, errors.As(joined, &se))
+
+	// A StaleTokenError matches only ErrStaleToken, not other sentinels,
+	// and other errors do not match it.
+	for _, sentinel := range []error{fencedlock.ErrLockLost, fencedlock.ErrNotFound, fencedlock.ErrInvalidToken, fencedlock.ErrCorrupt, fencedlock.ErrInvalidArgument} {
+		assert.NotErrorIs(t, orig, sentinel)
+		assert.False(t, errors.As(sentinel, &se))
+	}
+	// A formatted copy of the message is not the error.
+	assert.NotErrorIs(t, errors.New(orig.Error()), fencedlock.ErrStaleToken)
 }

@@ -30,7 +30,7 @@ func foWaitInSync(t testing.TB, ctx context.Context, master, replica *redis.Clie
 // token is above A's and the store refuses A's late write. Without that
 // raise B would get A's token again, and an equal token passes the fence.
 func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	// No delay before a diskless full sync (the default waits 5s for more
 	// replicas to come).
 	master := redistest.Start(t, "--repl-diskless-sync-delay", "0")
@@ -47,7 +47,7 @@ func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
 
 	const res = "failover"
 	onMaster, onReplica := fencedlock.New(mc), fencedlock.New(rc)
-	first := ltGrant(t, ctx, onMaster, res)
+	first := grantAndRelease(t, ctx, onMaster, res)
 	foWaitInSync(t, ctx, mc, rc)
 	counter, err := rc.Get(ctx, onReplica.TokenKey(res)).Result()
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
 
 	// Replication stalls; A is granted a token on the master.
 	p.Pause()
-	a := ltTryAcquire(t, ctx, onMaster, res, ltLongTTL)
+	a := mustTryAcquire(t, ctx, onMaster, res, longTTL)
 	require.Greater(t, a.Token(), first)
 
 	// Failover: the replica becomes a master without A's grant.
@@ -71,7 +71,7 @@ func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
 	require.Zero(t, n, "the promoted replica must not hold A's lock")
 
 	// B acquires on the new master: it must get a token above A's.
-	bl := ltTryAcquire(t, ctx, onReplica, res, ltLongTTL)
+	bl := mustTryAcquire(t, ctx, onReplica, res, longTTL)
 	require.Greater(t, bl.Token(), a.Token(), "the promoted replica granted a token (%d) not above the one the old master granted (%d): its lagging counter %s was not raised", bl.Token(), a.Token(), first)
 
 	// A still believes it holds the lock. B writes, then A's late write
@@ -79,8 +79,8 @@ func TestFailoverToALaggingReplicaGrantsAHigherToken(t *testing.T) {
 	s := fencedlock.NewMemoryStore()
 	require.NoError(t, s.Put(ctx, res, bl.Token(), []byte("B")))
 	err = s.Put(ctx, res, a.Token(), []byte("A"))
-	ltRequireStale(t, err, res, a.Token(), bl.Token())
-	ltRequireValue(t, ctx, s, res, "B", bl.Token())
+	requireStale(t, err, res, a.Token(), bl.Token())
+	requireValue(t, ctx, s, res, "B", bl.Token())
 	t.Logf("first grant %d, A on the old master %d, B on the promoted replica %d (%s µs later)",
 		first, a.Token(), bl.Token(), strconv.FormatUint(uint64(bl.Token()-a.Token()), 10))
 }

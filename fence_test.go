@@ -2,14 +2,15 @@ package fencedlock_test
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
 func TestCheckToken(t *testing.T) {
@@ -51,41 +52,59 @@ func TestCheckToken(t *testing.T) {
 	}
 }
 
-func TestStaleTokenErrorMessage(t *testing.T) {
-	err := &fencedlock.StaleTokenError{Resource: "order-queue", Token: 1795969516343361, Current: 1795969516343362}
-	msg := err.Error()
-	assert.Contains(t, msg, `"order-queue"`)
-	assert.Contains(t, msg, "1795969516343361")
-	assert.Contains(t, msg, "1795969516343362")
-	assert.Contains(t, msg, "fencedlock:")
-}
+// The scenario fencing exists for: holder A pauses past its TTL, B takes
+// over and writes, and A's late write, refresh and release all fail
+// without touching B's value or lock.
+func TestPausedHolderIsFenced(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		l := newLocker(b)
+		const res = "order-queue"
+		stores := bothStores(b)
 
-func TestStaleTokenErrorWrapping(t *testing.T) {
-	orig := fencedlock.CheckToken("r", 3, 7)
-	require.Error(t, orig)
+		a := mustTryAcquire(t, ctx, l, res, 30*time.Second)
+		for _, s := range stores {
+			require.NoError(t, s.store.Put(ctx, res, a.Token(), []byte("A1")), s.name)
+		}
 
-	wrapped := fmt.Errorf("saving order: %w", fmt.Errorf("put: %w", orig))
-	assert.ErrorIs(t, wrapped, fencedlock.ErrStaleToken)
-	assert.NotErrorIs(t, wrapped, fencedlock.ErrLockLost)
-	assert.NotErrorIs(t, wrapped, fencedlock.ErrNotAcquired)
+		// A pauses past its TTL; B takes over.
+		b.FastForward(t, 31*time.Second)
+		bl := mustTryAcquire(t, ctx, l, res, 30*time.Second)
+		require.Greater(t, bl.Token(), a.Token(), "a new grant must carry a higher token")
 
-	var se *fencedlock.StaleTokenError
-	require.True(t, errors.As(wrapped, &se))
-	assert.Equal(t, "r", se.Resource)
-	assert.Equal(t, fencedlock.Token(3), se.Token)
-	assert.Equal(t, fencedlock.Token(7), se.Current)
-	assert.Contains(t, wrapped.Error(), se.Error())
+		for _, s := range stores {
+			s := s
+			t.Run(s.name, func(t *testing.T) {
+				require.NoError(t, s.store.Put(ctx, res, bl.Token(), []byte("B")))
+				// A resumes and writes with its old token.
+				err := s.store.Put(ctx, res, a.Token(), []byte("A2"))
+				requireStale(t, err, res, a.Token(), bl.Token())
+				requireValue(t, ctx, s.store, res, "B", bl.Token())
+			})
+		}
 
-	joined := errors.Join(errors.New("other"), orig)
-	assert.ErrorIs(t, joined, fencedlock.ErrStaleToken)
-	require.True(t, errors.As(joined, &se))
+		owner, ok := getKey(t, b, l.LockKey(res))
+		require.True(t, ok, "B's lock key must exist")
 
-	// A StaleTokenError matches only ErrStaleToken, not other sentinels,
-	// and other errors do not match it.
-	for _, sentinel := range []error{fencedlock.ErrLockLost, fencedlock.ErrNotFound, fencedlock.ErrInvalidToken, fencedlock.ErrCorrupt, fencedlock.ErrInvalidArgument} {
-		assert.NotErrorIs(t, orig, sentinel)
-		assert.False(t, errors.As(sentinel, &se))
-	}
-	// A formatted copy of the message is not the error.
-	assert.NotErrorIs(t, errors.New(orig.Error()), fencedlock.ErrStaleToken)
+		// A's late Refresh asks for far more than B's TTL, so an extension
+		// of B's lock would show in B's TTL below.
+		assert.ErrorIs(t, a.Refresh(ctx, time.Hour), fencedlock.ErrLockLost)
+		assert.ErrorIs(t, a.Release(ctx), fencedlock.ErrLockLost)
+		_, err := a.TTL(ctx)
+		assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+
+		// B's lock is untouched.
+		after, ok := getKey(t, b, l.LockKey(res))
+		require.True(t, ok, "A's late Release deleted B's lock")
+		assert.Equal(t, owner, after, "A's calls changed B's lock key")
+		ttl, err := bl.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0))
+		assert.LessOrEqual(t, ttl, 30*time.Second, "A's late Refresh extended B's lock")
+		_, err = l.TryAcquire(ctx, res, longTTL)
+		assert.ErrorIs(t, err, fencedlock.ErrNotAcquired, "B's lock must still exclude others")
+		require.NoError(t, bl.Refresh(ctx, 30*time.Second))
+		require.NoError(t, bl.Release(ctx))
+		assert.False(t, keyExists(t, b, l.LockKey(res)))
+	})
 }

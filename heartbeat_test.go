@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,89 +17,12 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// ltOurGoroutines returns the stacks of goroutines running the library's
-// code or a go-redis subscription: the ones a Lock or a waiter may start.
-func ltOurGoroutines() []string {
-	buf := make([]byte, 1<<22)
-	var ours []string
-	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "go-redis/v9.(*channel)") {
-			ours = append(ours, g)
-		}
-	}
-	return ours
-}
-
-// ltNoGoroutinesLeft fails t if goroutines of the library are still
-// running a second after the test's locks and waits ended.
-func ltNoGoroutinesLeft(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for len(ltOurGoroutines()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if left := ltOurGoroutines(); len(left) > 0 {
-		t.Errorf("%d goroutines of the library left:\n%s", len(left), strings.Join(left, "\n\n"))
-	}
-}
-
-// ltClosed reports whether ch is closed.
-func ltClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// ltCommandLog is a client hook that records when each script call
-// started and which script it ran, by the Lua it names in its arguments.
-type ltCommandLog struct {
-	mu    sync.Mutex
-	calls []ltCommand
-}
-
-type ltCommand struct {
-	at   time.Time
-	name string
-	args []any
-}
-
-func (h *ltCommandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *ltCommandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *ltCommandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.calls = append(h.calls, ltCommand{time.Now(), strings.ToLower(cmd.Name()), cmd.Args()})
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-// since returns the commands that started at or after t.
-func (h *ltCommandLog) since(t time.Time) []ltCommand {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []ltCommand
-	for _, c := range h.calls {
-		if !c.at.Before(t) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // A heartbeat keeps a lock through ten times its TTL, while a lock without
 // one expires; Release then ends it.
 func TestHeartbeatKeepsTheLock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
+		ctx := testCtx(t)
+		l := newLocker(b)
 		const ttl = 300 * time.Millisecond
 		kept, err := l.Acquire(ctx, "kept", ttl, fencedlock.WithHeartbeat(0))
 		require.NoError(t, err)
@@ -117,7 +38,7 @@ func TestHeartbeatKeepsTheLock(t *testing.T) {
 			}
 		}
 		assert.NoError(t, kept.Err())
-		assert.False(t, ltClosed(kept.Done()), "Done closed while the heartbeat held the lock")
+		assert.False(t, isClosed(kept.Done()), "Done closed while the heartbeat held the lock")
 		left, err := kept.TTL(ctx)
 		require.NoError(t, err, "the heartbeat did not keep the lock")
 		// Any time left shows refreshes: ten TTLs went by. (On miniredis,
@@ -127,17 +48,17 @@ func TestHeartbeatKeepsTheLock(t *testing.T) {
 
 		// The negative control: the same wait without a heartbeat.
 		assert.ErrorIs(t, bare.Refresh(ctx, ttl), fencedlock.ErrLockLost, "the lock without heartbeat did not expire")
-		assert.True(t, ltClosed(bare.Done()))
+		assert.True(t, isClosed(bare.Done()))
 
 		require.NoError(t, kept.Release(ctx))
 		assert.Equal(t, fencedlock.ErrReleased, kept.Err())
-		assert.True(t, ltClosed(kept.Done()))
-		assert.False(t, ltExists(t, b, l.LockKey("kept")))
+		assert.True(t, isClosed(kept.Done()))
+		assert.False(t, keyExists(t, b, l.LockKey("kept")))
 		// A released Lock sends nothing and says why.
 		err = kept.Release(ctx)
 		assert.NotErrorIs(t, err, fencedlock.ErrLockLost)
 		assert.ErrorIs(t, err, fencedlock.ErrReleased)
-		ltNoGoroutinesLeft(t)
+		requireNoGoroutinesLeft(t)
 	})
 }
 
@@ -156,14 +77,14 @@ func TestHeartbeatFindsTheLockGone(t *testing.T) {
 		tc := tc
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-				ctx := ltCtx(t)
-				log := &ltCommandLog{}
+				ctx := testCtx(t)
+				log := &commandLog{}
 				c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 				c.AddHook(log)
 				t.Cleanup(func() { c.Close() })
 				l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
 				const interval = 150 * time.Millisecond
-				lock, err := l.Acquire(ctx, "stolen", ltLongTTL, fencedlock.WithHeartbeat(interval))
+				lock, err := l.Acquire(ctx, "stolen", longTTL, fencedlock.WithHeartbeat(interval))
 				require.NoError(t, err)
 				time.Sleep(interval / 2)
 				stolen := time.Now()
@@ -177,7 +98,7 @@ func TestHeartbeatFindsTheLockGone(t *testing.T) {
 				assert.Less(t, took, interval+100*time.Millisecond, "the loss was noticed later than one interval")
 				err = lock.Err()
 				require.ErrorIs(t, err, fencedlock.ErrLockLost)
-				after, _ := ltGetKey(t, b, l.LockKey("stolen"))
+				after, _ := getKey(t, b, l.LockKey("stolen"))
 
 				lost := time.Now()
 				assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
@@ -186,9 +107,9 @@ func TestHeartbeatFindsTheLockGone(t *testing.T) {
 				assert.ErrorIs(t, err, fencedlock.ErrLockLost)
 				time.Sleep(2 * interval)
 				assert.Empty(t, log.since(lost), "commands sent for a lost Lock")
-				now, _ := ltGetKey(t, b, l.LockKey("stolen"))
+				now, _ := getKey(t, b, l.LockKey("stolen"))
 				assert.Equal(t, after, now, "the lost Lock changed the key")
-				ltNoGoroutinesLeft(t)
+				requireNoGoroutinesLeft(t)
 			})
 		})
 	}
@@ -198,9 +119,9 @@ func TestHeartbeatFindsTheLockGone(t *testing.T) {
 // lock up before its TTL runs out in Redis; nothing is sent after that.
 func TestHeartbeatLosesTheLockWhenRedisStopsAnswering(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		p := redistest.NewProxy(t, b.Client.Options().Addr)
-		log := &ltCommandLog{}
+		log := &commandLog{}
 		c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
 		c.AddHook(log)
 		t.Cleanup(func() { c.Close() })
@@ -242,7 +163,7 @@ func TestHeartbeatLosesTheLockWhenRedisStopsAnswering(t *testing.T) {
 		p.Resume()
 		time.Sleep(3 * interval)
 		assert.Empty(t, log.since(given), "commands sent for a lost Lock")
-		ltNoGoroutinesLeft(t)
+		requireNoGoroutinesLeft(t)
 	})
 }
 
@@ -251,28 +172,28 @@ func TestHeartbeatLosesTheLockWhenRedisStopsAnswering(t *testing.T) {
 // even when ctx is done or fn panics.
 func TestDo(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
+		ctx := testCtx(t)
+		l := newLocker(b)
 
 		t.Run("runs fn under the lock and releases", func(t *testing.T) {
 			var token fencedlock.Token
-			err := l.Do(ctx, "job", ltLongTTL, func(ctx context.Context, lock *fencedlock.Lock) error {
+			err := l.Do(ctx, "job", longTTL, func(ctx context.Context, lock *fencedlock.Lock) error {
 				token = lock.Token()
-				v, ok := ltGetKey(t, b, l.LockKey("job"))
+				v, ok := getKey(t, b, l.LockKey("job"))
 				assert.True(t, ok)
 				assert.True(t, strings.HasSuffix(v, ":"+token.String()))
 				return nil
 			})
 			require.NoError(t, err)
 			assert.NotZero(t, token)
-			assert.False(t, ltExists(t, b, l.LockKey("job")), "Do did not release")
+			assert.False(t, keyExists(t, b, l.LockKey("job")), "Do did not release")
 		})
 
 		t.Run("returns fn's error", func(t *testing.T) {
 			boom := errors.New("boom")
-			err := l.Do(ctx, "job", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return boom })
+			err := l.Do(ctx, "job", longTTL, func(context.Context, *fencedlock.Lock) error { return boom })
 			assert.Equal(t, boom, err)
-			assert.False(t, ltExists(t, b, l.LockKey("job")))
+			assert.False(t, keyExists(t, b, l.LockKey("job")))
 		})
 
 		t.Run("cancels fn's context when the lock is lost", func(t *testing.T) {
@@ -288,7 +209,7 @@ func TestDo(t *testing.T) {
 				return context.Cause(fctx)
 			})
 			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
-			v, _ := ltGetKey(t, b, l.LockKey("lost"))
+			v, _ := getKey(t, b, l.LockKey("lost"))
 			assert.Equal(t, "thief:1", v, "Do's release touched the new owner's lock")
 		})
 
@@ -309,38 +230,38 @@ func TestDo(t *testing.T) {
 
 		t.Run("releases when ctx is done", func(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
-			err := l.Do(cctx, "cancelled", ltLongTTL, func(fctx context.Context, _ *fencedlock.Lock) error {
+			err := l.Do(cctx, "cancelled", longTTL, func(fctx context.Context, _ *fencedlock.Lock) error {
 				cancel()
 				<-fctx.Done()
 				assert.ErrorIs(t, context.Cause(fctx), context.Canceled)
 				return fctx.Err()
 			})
 			assert.ErrorIs(t, err, context.Canceled)
-			assert.False(t, ltExists(t, b, l.LockKey("cancelled")), "Do did not release after ctx ended")
+			assert.False(t, keyExists(t, b, l.LockKey("cancelled")), "Do did not release after ctx ended")
 		})
 
 		t.Run("releases when fn panics", func(t *testing.T) {
 			assert.PanicsWithValue(t, "oops", func() {
-				_ = l.Do(ctx, "panic", ltLongTTL, func(context.Context, *fencedlock.Lock) error { panic("oops") })
+				_ = l.Do(ctx, "panic", longTTL, func(context.Context, *fencedlock.Lock) error { panic("oops") })
 			})
-			assert.False(t, ltExists(t, b, l.LockKey("panic")), "Do did not release after fn panicked")
+			assert.False(t, keyExists(t, b, l.LockKey("panic")), "Do did not release after fn panicked")
 		})
 
 		t.Run("acquire error", func(t *testing.T) {
-			holder := ltTryAcquire(t, ctx, l, "busy", ltLongTTL)
+			holder := mustTryAcquire(t, ctx, l, "busy", longTTL)
 			defer holder.Release(ctx)
 			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
 			ran := false
-			err := l.Do(wctx, "busy", ltLongTTL, func(context.Context, *fencedlock.Lock) error { ran = true; return nil })
+			err := l.Do(wctx, "busy", longTTL, func(context.Context, *fencedlock.Lock) error { ran = true; return nil })
 			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.False(t, ran)
 		})
 
 		t.Run("bad input", func(t *testing.T) {
-			assert.ErrorIs(t, l.Do(ctx, "x", ltLongTTL, nil), fencedlock.ErrInvalidArgument)
-			assert.ErrorIs(t, l.Do(ctx, "", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument)
+			assert.ErrorIs(t, l.Do(ctx, "x", longTTL, nil), fencedlock.ErrInvalidArgument)
+			assert.ErrorIs(t, l.Do(ctx, "", longTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument)
 			_, err := l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(time.Second))
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
 			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(600*time.Millisecond))
@@ -348,42 +269,21 @@ func TestDo(t *testing.T) {
 			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(-1))
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
 		})
-		ltNoGoroutinesLeft(t)
+		requireNoGoroutinesLeft(t)
 	})
 }
 
-// Done and Err of nil, zero and fresh Locks.
-func TestDoneAndErr(t *testing.T) {
-	var nilLock *fencedlock.Lock
-	assert.True(t, ltClosed(nilLock.Done()))
-	assert.ErrorIs(t, nilLock.Err(), fencedlock.ErrInvalidArgument)
-	assert.True(t, ltClosed((&fencedlock.Lock{}).Done()))
-	assert.ErrorIs(t, (&fencedlock.Lock{}).Err(), fencedlock.ErrInvalidArgument)
-
-	b := redistest.Mini(t)
-	ctx := ltCtx(t)
-	l := ltLocker(b)
-	lock := ltTryAcquire(t, ctx, l, "r", ltLongTTL)
-	assert.NoError(t, lock.Err())
-	done := lock.Done()
-	assert.False(t, ltClosed(done))
-	require.NoError(t, lock.Release(ctx))
-	assert.True(t, ltClosed(done))
-	assert.True(t, ltClosed(lock.Done()))
-	assert.Equal(t, fencedlock.ErrReleased, lock.Err())
-}
-
-// ltFailScripts is a client hook that fails every script call at once,
+// failScriptsHook is a client hook that fails every script call at once,
 // as a refused connection would, while on is set.
-type ltFailScripts struct{ on atomic.Bool }
+type failScriptsHook struct{ on atomic.Bool }
 
-func (h *ltFailScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failScriptsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *ltFailScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *failScriptsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-func (h *ltFailScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *failScriptsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.on.Load() && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
 			err := errors.New("lt: connection refused")
@@ -398,8 +298,8 @@ func (h *ltFailScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // its key still lives in Redis, not at or after its expiry.
 func TestHeartbeatLosesTheLockWhenRefreshesFail(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
-	h := &ltFailScripts{}
+	ctx := testCtx(t)
+	h := &failScriptsHook{}
 	c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr, MaxRetries: -1})
 	c.AddHook(h)
 	t.Cleanup(func() { c.Close() })
@@ -419,15 +319,15 @@ func TestHeartbeatLosesTheLockWhenRefreshesFail(t *testing.T) {
 	t.Logf("given up with %v left in Redis", pttl)
 	assert.Positive(t, pttl, "the key had expired in Redis when the holder gave up")
 	assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
-	ltNoGoroutinesLeft(t)
+	requireNoGoroutinesLeft(t)
 }
 
 // A Refresh to a TTL below twice the interval makes the heartbeat refresh
 // every third of that TTL: the lock does not expire under it.
 func TestHeartbeatFollowsAShorterRefresh(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
-	l := ltLocker(b)
+	ctx := testCtx(t)
+	l := newLocker(b)
 	lock, err := l.Acquire(ctx, "shorter", 3*time.Second, fencedlock.WithHeartbeat(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, lock.Refresh(ctx, 300*time.Millisecond))
@@ -437,5 +337,5 @@ func TestHeartbeatFollowsAShorterRefresh(t *testing.T) {
 	require.NoError(t, err, "the key expired under the heartbeat")
 	assert.Greater(t, left, 100*time.Millisecond)
 	require.NoError(t, lock.Release(ctx))
-	ltNoGoroutinesLeft(t)
+	requireNoGoroutinesLeft(t)
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// ltPTTL returns key's PTTL: -2 when missing, -1 without expiry.
-func ltPTTL(t *testing.T, b *redistest.Backend, key string) time.Duration {
+// keyPTTL returns key's PTTL: -2 when missing, -1 without expiry.
+func keyPTTL(t *testing.T, b *redistest.Backend, key string) time.Duration {
 	t.Helper()
 	d, err := b.Client.PTTL(context.Background(), key).Result()
 	require.NoError(t, err)
@@ -23,10 +23,10 @@ func ltPTTL(t *testing.T, b *redistest.Backend, key string) time.Duration {
 	return d
 }
 
-// ltPassIdle lets idle pass on b: for real on a redis-server, with the
+// passIdle lets idle pass on b: for real on a redis-server, with the
 // clocks moved on miniredis (its keys expire only when told, and TIME
 // follows SetTime).
-func ltPassIdle(t *testing.T, b *redistest.Backend, d time.Duration) {
+func passIdle(t *testing.T, b *redistest.Backend, d time.Duration) {
 	t.Helper()
 	if b.Real {
 		time.Sleep(d)
@@ -40,19 +40,19 @@ func ltPassIdle(t *testing.T, b *redistest.Backend, d time.Duration) {
 // idle expiry; the next token is still above every earlier one.
 func TestIdleExpiry(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		const idle, ttl = time.Second, 200 * time.Millisecond
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(idle))
 
-		lock := ltTryAcquire(t, ctx, l, "idle", ttl)
-		left := ltPTTL(t, b, l.TokenKey("idle"))
+		lock := mustTryAcquire(t, ctx, l, "idle", ttl)
+		left := keyPTTL(t, b, l.TokenKey("idle"))
 		assert.Greater(t, left, idle, "the counter must outlive the lock by the idle expiry")
 		assert.LessOrEqual(t, left, ttl+idle)
 		require.NoError(t, lock.Release(ctx))
 
-		ltPassIdle(t, b, ttl+idle+100*time.Millisecond)
-		assert.Empty(t, ltKeys(t, b), "keys left after the resource was idle")
-		next := ltTryAcquire(t, ctx, l, "idle", ttl)
+		passIdle(t, b, ttl+idle+100*time.Millisecond)
+		assert.Empty(t, testKeys(t, b), "keys left after the resource was idle")
+		next := mustTryAcquire(t, ctx, l, "idle", ttl)
 		assert.Greater(t, next.Token(), lock.Token(), "a re-seeded counter gave a token not above the last")
 		require.NoError(t, next.Release(ctx))
 	})
@@ -62,27 +62,27 @@ func TestIdleExpiry(t *testing.T) {
 // refresh keep it for the lock's TTL plus the idle expiry.
 func TestIdleExpiryKeepsAHeldLocksCounter(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		const idle = time.Second
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(idle))
-		lock := ltTryAcquire(t, ctx, l, "held", 10*time.Second)
-		assert.Greater(t, ltPTTL(t, b, l.TokenKey("held")), 10*time.Second)
+		lock := mustTryAcquire(t, ctx, l, "held", 10*time.Second)
+		assert.Greater(t, keyPTTL(t, b, l.TokenKey("held")), 10*time.Second)
 		require.NoError(t, lock.Refresh(ctx, time.Minute))
-		assert.Greater(t, ltPTTL(t, b, l.TokenKey("held")), time.Minute)
+		assert.Greater(t, keyPTTL(t, b, l.TokenKey("held")), time.Minute)
 		// A shorter refresh does not shorten it.
 		require.NoError(t, lock.Refresh(ctx, 2*time.Second))
-		assert.Greater(t, ltPTTL(t, b, l.TokenKey("held")), time.Minute-time.Second)
+		assert.Greater(t, keyPTTL(t, b, l.TokenKey("held")), time.Minute-time.Second)
 		require.NoError(t, lock.Release(ctx))
 
 		// A heartbeat keeps it too.
 		hb, err := l.Acquire(ctx, "beat", 300*time.Millisecond, fencedlock.WithHeartbeat(0))
 		require.NoError(t, err)
 		for i := 0; i < 3; i++ {
-			ltPassIdle(t, b, 200*time.Millisecond)
+			passIdle(t, b, 200*time.Millisecond)
 			if !b.Real {
 				require.NoError(t, hb.Refresh(ctx, 300*time.Millisecond)) // miniredis: no timers of its own
 			}
-			assert.Greater(t, ltPTTL(t, b, l.TokenKey("beat")), idle, "round %d", i)
+			assert.Greater(t, keyPTTL(t, b, l.TokenKey("beat")), idle, "round %d", i)
 		}
 		require.NoError(t, hb.Release(ctx))
 	})
@@ -92,13 +92,13 @@ func TestIdleExpiryKeepsAHeldLocksCounter(t *testing.T) {
 // counter seeded from the clock after its expiry would give lower tokens.
 func TestIdleExpiryKeepsACounterAheadOfTheClock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(time.Hour))
-		ahead := fencedlock.Token(ltServerMicros(t, b) + uint64(48*time.Hour/time.Microsecond))
+		ahead := fencedlock.Token(serverMicros(t, b) + uint64(48*time.Hour/time.Microsecond))
 		require.NoError(t, l.Advance(ctx, "ahead", ahead))
-		lock := ltTryAcquire(t, ctx, l, "ahead", time.Second)
+		lock := mustTryAcquire(t, ctx, l, "ahead", time.Second)
 		assert.Greater(t, lock.Token(), ahead)
-		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, l.TokenKey("ahead")), "a counter ahead of the clock got an expiry")
+		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.TokenKey("ahead")), "a counter ahead of the clock got an expiry")
 		require.NoError(t, lock.Release(ctx))
 
 		// Kept while ahead, even when the server clock later steps back
@@ -107,20 +107,20 @@ func TestIdleExpiryKeepsACounterAheadOfTheClock(t *testing.T) {
 			m := b.Miniredis()
 			now := time.Now()
 			m.SetTime(now)
-			near := fencedlock.Token(ltServerMicros(t, b) + uint64((time.Hour+time.Second-time.Millisecond)/time.Microsecond))
+			near := fencedlock.Token(serverMicros(t, b) + uint64((time.Hour+time.Second-time.Millisecond)/time.Microsecond))
 			require.NoError(t, l.Advance(ctx, "step", near))
-			first := ltTryAcquire(t, ctx, l, "step", time.Second)
+			first := mustTryAcquire(t, ctx, l, "step", time.Second)
 			require.NoError(t, first.Release(ctx))
-			ltPassIdle(t, b, time.Hour+time.Second+time.Millisecond)
+			passIdle(t, b, time.Hour+time.Second+time.Millisecond)
 			m.SetTime(now.Add(time.Hour + time.Second - 2*time.Second)) // the clock steps back 2s
-			next := ltTryAcquire(t, ctx, l, "step", time.Second)
+			next := mustTryAcquire(t, ctx, l, "step", time.Second)
 			assert.Greater(t, next.Token(), first.Token(), "a clock step back of 2s (idle 1h) gave a lower token")
 			require.NoError(t, next.Release(ctx))
 		}
 
 		// Advance to a floor behind the clock: the counter expires as usual.
 		require.NoError(t, l.Advance(ctx, "behind", 5))
-		left := ltPTTL(t, b, l.TokenKey("behind"))
+		left := keyPTTL(t, b, l.TokenKey("behind"))
 		assert.Greater(t, left, time.Duration(0), "a counter behind the clock got no expiry")
 		assert.LessOrEqual(t, left, time.Hour)
 	})
@@ -130,7 +130,7 @@ func TestIdleExpiryKeepsACounterAheadOfTheClock(t *testing.T) {
 // idle expiry, and never for a lock key without expiry.
 func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		const idle = time.Second
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(idle))
 		key := b.Prefix + ":other-lib"
@@ -138,13 +138,13 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 		tok, err := l.IssueToken(ctx, key, "owner-1")
 		require.NoError(t, err)
 		for _, k := range []string{l.IssuedTokenKey(key), l.IssuedRecordKey(key)} {
-			left := ltPTTL(t, b, k)
+			left := keyPTTL(t, b, k)
 			assert.Greater(t, left, time.Second, k)
 			assert.LessOrEqual(t, left, time.Second+idle, k)
 		}
 		require.NoError(t, b.Client.Del(ctx, key).Err())
-		ltPassIdle(t, b, time.Second+idle+100*time.Millisecond)
-		assert.Empty(t, ltKeys(t, b), "IssueToken's keys outlived the idle lock key")
+		passIdle(t, b, time.Second+idle+100*time.Millisecond)
+		assert.Empty(t, testKeys(t, b), "IssueToken's keys outlived the idle lock key")
 
 		// The same grant asking again after its counter was lost: the
 		// counter is rebuilt from the record, with the record's expiry.
@@ -155,14 +155,14 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 		again, err := l.IssueToken(ctx, key, "owner-3")
 		require.NoError(t, err)
 		assert.Equal(t, tok3, again)
-		assert.Greater(t, ltPTTL(t, b, l.IssuedTokenKey(key)), time.Duration(0), "the rebuilt counter is kept for ever")
+		assert.Greater(t, keyPTTL(t, b, l.IssuedTokenKey(key)), time.Duration(0), "the rebuilt counter is kept for ever")
 
 		require.NoError(t, b.Client.Set(ctx, key, "owner-2", 0).Err())
 		next, err := l.IssueToken(ctx, key, "owner-2")
 		require.NoError(t, err)
 		assert.Greater(t, next, tok)
-		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, l.IssuedTokenKey(key)), "a lock key without expiry keeps its counter")
-		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, l.IssuedRecordKey(key)))
+		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedTokenKey(key)), "a lock key without expiry keeps its counter")
+		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedRecordKey(key)))
 	})
 }
 
@@ -170,18 +170,18 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 // every call; values in a RedisStore never expire.
 func TestIdleExpiryOptions(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(0))
-		lock := ltTryAcquire(t, ctx, l, "forever", time.Second)
-		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, l.TokenKey("forever")))
-		store := ltRedisStore(b)
+		lock := mustTryAcquire(t, ctx, l, "forever", time.Second)
+		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.TokenKey("forever")))
+		store := newRedisStore(b)
 		require.NoError(t, store.Put(ctx, "forever", lock.Token(), []byte("v")))
-		assert.Equal(t, time.Duration(-1), ltPTTL(t, b, store.Key("forever")))
+		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, store.Key("forever")))
 		require.NoError(t, lock.Release(ctx))
 
-		def := ltLocker(b)
-		lock = ltTryAcquire(t, ctx, def, "default", time.Second)
-		left := ltPTTL(t, b, def.TokenKey("default"))
+		def := newLocker(b)
+		lock = mustTryAcquire(t, ctx, def, "default", time.Second)
+		left := keyPTTL(t, b, def.TokenKey("default"))
 		assert.Greater(t, left, fencedlock.DefaultIdleExpiry)
 		assert.LessOrEqual(t, left, fencedlock.DefaultIdleExpiry+time.Second)
 		require.NoError(t, lock.Release(ctx))
@@ -204,21 +204,21 @@ func TestIdleExpiryOptions(t *testing.T) {
 // shorter expiry than their longest-lived entry.
 func TestIdleExpiryKeepsALongLivedWaitersPlace(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	mk := func() *fencedlock.Locker {
 		return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(time.Second))
 	}
-	holder := ltTryAcquire(t, ctx, mk(), "q", ltLongTTL)
+	holder := mustTryAcquire(t, ctx, mk(), "q", longTTL)
 	longLocker := mk()
-	long := ltWaitFor(ctx, longLocker, "q", 10*time.Second, ltHourDelay) // renews its place every 3.3s
-	ltAwaitQueued(t, b, longLocker, "q")
+	long := acquireAsync(ctx, longLocker, "q", 10*time.Second, hourRetryDelay) // renews its place every 3.3s
+	awaitQueued(t, b, longLocker, "q")
 	sctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	_, err := mk().Acquire(sctx, "q", 100*time.Millisecond)
 	cancel()
 	require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
 	time.Sleep(1200 * time.Millisecond) // past the short waiter's life and the idle expiry
-	require.Equal(t, int64(1), ltQueued(t, b, mk(), "q"), "the long-lived waiter lost its place")
+	require.Equal(t, int64(1), queuedCount(t, b, mk(), "q"), "the long-lived waiter lost its place")
 	require.NoError(t, holder.Release(ctx))
-	lock := ltAwait(t, long)
+	lock := awaitAcquired(t, long)
 	require.NoError(t, lock.Release(ctx))
 }

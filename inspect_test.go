@@ -16,40 +16,40 @@ import (
 // its TTL, the processes waiting and the counter, and changes nothing.
 func TestInspect(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
+		ctx := testCtx(t)
+		l := newLocker(b)
 		info, err := l.Inspect(ctx, "inspect")
 		require.NoError(t, err)
 		assert.Equal(t, fencedlock.Info{}, info, "a resource never locked")
 
-		lock := ltTryAcquire(t, ctx, l, "inspect", ltLongTTL)
-		before := ltKeys(t, b)
+		lock := mustTryAcquire(t, ctx, l, "inspect", longTTL)
+		before := testKeys(t, b)
 		info, err = l.Inspect(ctx, "inspect")
 		require.NoError(t, err)
 		assert.True(t, info.Held)
 		assert.Equal(t, lock.Token(), info.Token)
 		assert.Equal(t, lock.Token(), info.Counter, "the counter is at the last grant")
 		assert.Positive(t, info.TTL)
-		assert.LessOrEqual(t, info.TTL, ltLongTTL)
+		assert.LessOrEqual(t, info.TTL, longTTL)
 		assert.Zero(t, info.Waiters)
-		assert.Equal(t, before, ltKeys(t, b), "Inspect wrote a key")
+		assert.Equal(t, before, testKeys(t, b), "Inspect wrote a key")
 
 		// A waiter of another Locker (another process) is counted; the
 		// goroutine queued behind it in the same Locker is not.
-		other := ltLocker(b)
+		other := newLocker(b)
 		wctx, cancel := context.WithCancel(ctx)
-		first := ltWaitFor(wctx, other, "inspect", ltLongTTL)
-		ltAwaitQueued(t, b, other, "inspect")
-		second := ltWaitFor(wctx, other, "inspect", ltLongTTL)
-		ltRequireStillWaiting(t, second)
+		first := acquireAsync(wctx, other, "inspect", longTTL)
+		awaitQueued(t, b, other, "inspect")
+		second := acquireAsync(wctx, other, "inspect", longTTL)
+		requireStillWaiting(t, second)
 		info, err = l.Inspect(ctx, "inspect")
 		require.NoError(t, err)
 		assert.Equal(t, 1, info.Waiters)
 		cancel()
-		for _, done := range []<-chan ltAcquireResult{first, second} {
+		for _, done := range []<-chan acquireResult{first, second} {
 			r := <-done
 			require.Error(t, r.err)
-			ltAwaitCleanup(t, r.err, func() bool { return ltQueued(t, b, other, "inspect") == 0 })
+			awaitCleanupAfterCtxEnd(t, r.err, func() bool { return queuedCount(t, b, other, "inspect") == 0 })
 		}
 		require.NoError(t, lock.Release(ctx))
 		info, err = l.Inspect(ctx, "inspect")
@@ -65,9 +65,9 @@ func TestInspect(t *testing.T) {
 // A waiter whose deadline has passed (its process died) is not counted.
 func TestInspectSkipsDeadWaiters(t *testing.T) {
 	b := redistest.Mini(t)
-	ctx := ltCtx(t)
-	l := ltLocker(b)
-	_, deadlines := ltQueueKeys(l, "dead")
+	ctx := testCtx(t)
+	l := newLocker(b)
+	_, deadlines := queueKeys(l, "dead")
 	past := time.Now().Add(-time.Minute).UnixMilli()
 	future := time.Now().Add(time.Minute).UnixMilli()
 	require.NoError(t, b.Client.HSet(ctx, deadlines, "a:1000", past, "b:1000", future, "c:1000", "junk").Err())
@@ -80,8 +80,8 @@ func TestInspectSkipsDeadWaiters(t *testing.T) {
 // resource is ErrInvalidArgument; a ctx that has ended sends nothing.
 func TestInspectErrors(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
+		ctx := testCtx(t)
+		l := newLocker(b)
 		require.NoError(t, b.Client.Set(ctx, l.LockKey("bad"), "no-token-here", 0).Err())
 		_, err := l.Inspect(ctx, "bad")
 		assert.ErrorIs(t, err, fencedlock.ErrCorrupt)

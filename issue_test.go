@@ -231,7 +231,7 @@ func TestIssueTokenAfterFlush(t *testing.T) {
 			// miniredis's clock stands still unless moved.
 			b.Miniredis().SetTime(time.Now().Add(time.Second))
 		} else {
-			time.Sleep(time.Millisecond)
+			waitUntil(t, func() bool { return serverMicros(t, b) > uint64(t1) }, "the server clock to pass the first token")
 		}
 		e.grant(t, "g2")
 		assert.Greater(t, e.issue(t, "g2"), t1)

@@ -2,7 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -14,9 +14,9 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// ltRequireReleased checks that err says the Lock was released, and not
+// requireReleased checks that err says the Lock was released, and not
 // that it was lost.
-func ltRequireReleased(t *testing.T, err error, what string, args ...any) {
+func requireReleased(t *testing.T, err error, what string, args ...any) {
 	t.Helper()
 	assert.ErrorIs(t, err, fencedlock.ErrReleased, append([]any{what}, args...)...)
 	assert.NotErrorIs(t, err, fencedlock.ErrLockLost, append([]any{what}, args...)...)
@@ -27,8 +27,8 @@ func ltRequireReleased(t *testing.T, err error, what string, args ...any) {
 // every later call on it says so too.
 func TestReleasedMeansReleased(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
-		l := ltLocker(b)
+		ctx := testCtx(t)
+		l := newLocker(b)
 		rounds := 300
 		if testing.Short() {
 			rounds = 50
@@ -57,47 +57,22 @@ func TestReleasedMeansReleased(t *testing.T) {
 		}
 		assert.Zero(t, lostAfterRelease, "rounds of %d whose released Lock reported another error", rounds)
 
-		lock := ltTryAcquire(t, ctx, l, "twice", ltLongTTL)
+		lock := mustTryAcquire(t, ctx, l, "twice", longTTL)
 		require.NoError(t, lock.Release(ctx))
-		ltRequireReleased(t, lock.Err(), "Err")
-		ltRequireReleased(t, lock.Release(ctx), "second Release")
-		ltRequireReleased(t, lock.Refresh(ctx, ltLongTTL), "Refresh")
+		requireReleased(t, lock.Err(), "Err")
+		requireReleased(t, lock.Release(ctx), "second Release")
+		requireReleased(t, lock.Refresh(ctx, longTTL), "Refresh")
 		_, err := lock.TTL(ctx)
-		ltRequireReleased(t, err, "TTL")
+		requireReleased(t, err, "TTL")
 	})
 }
-
-// TryAcquire with a done ctx, or one whose deadline has passed, sends
-// nothing and wraps ctx's error the way Acquire does.
-func TestTryAcquireWithDoneContext(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		l := ltLocker(b)
-		cancelled, cancel := context.WithCancel(context.Background())
-		cancel()
-		past, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-		defer cancel2()
-		for name, ctx := range map[string]context.Context{"cancelled": cancelled, "past deadline": past} {
-			_, tryErr := l.TryAcquire(ctx, "done", ltLongTTL)
-			_, waitErr := l.Acquire(ctx, "done", ltLongTTL)
-			for call, err := range map[string]error{"TryAcquire": tryErr, "Acquire": waitErr} {
-				require.Error(t, err, call)
-				assert.ErrorIs(t, err, ctx.Err(), "%s with a %s ctx", call, name)
-				assert.Equal(t, errorsIs(waitErr, fencedlock.ErrNotAcquired), errorsIs(err, fencedlock.ErrNotAcquired), "%s with a %s ctx: %v", call, name, err)
-				assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, call)
-			}
-		}
-		assert.Empty(t, ltKeys(t, b), "a call with a done ctx wrote to Redis")
-	})
-}
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // A Release whose ctx is done before the call sends nothing and changes
 // nothing: the heartbeat goes on and the Lock stays held.
 func TestReleaseWithDoneContextChangesNothing(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
-	l := ltLocker(b)
+	ctx := testCtx(t)
+	l := newLocker(b)
 	const ttl = 300 * time.Millisecond
 	lock, err := l.Acquire(ctx, "done", ttl, fencedlock.WithHeartbeat(0))
 	require.NoError(t, err)
@@ -112,7 +87,7 @@ func TestReleaseWithDoneContextChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, left, ttl/3)
 	require.NoError(t, lock.Release(ctx))
-	ltRequireReleased(t, lock.Err(), "Err")
+	requireReleased(t, lock.Err(), "Err")
 }
 
 // A Release without an answer stops the heartbeat; the Lock then ends as
@@ -120,8 +95,8 @@ func TestReleaseWithDoneContextChangesNothing(t *testing.T) {
 // be held for ever.
 func TestReleaseWithoutAnswerEndsTheLockAtItsLease(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
-	s := ltNewStalled(t, b, false)
+	ctx := testCtx(t)
+	s := newStalledRedis(t, b, false)
 	const ttl = 300 * time.Millisecond
 	lock, err := s.l.Acquire(ctx, "unknown", ttl, fencedlock.WithHeartbeat(0))
 	require.NoError(t, err)
@@ -138,5 +113,142 @@ func TestReleaseWithoutAnswerEndsTheLockAtItsLease(t *testing.T) {
 	}
 	assert.ErrorIs(t, lock.Err(), fencedlock.ErrLockLost)
 	s.p.Resume()
-	ltNoGoroutinesLeftWithin(t, 10*time.Second)
+	requireNoGoroutinesLeftWithin(t, 10*time.Second)
+}
+
+func TestNilAndZeroLock(t *testing.T) {
+	ctx := testCtx(t)
+	for name, lock := range map[string]*fencedlock.Lock{"nil": nil, "zero": {}} {
+		lock := lock
+		t.Run(name, func(t *testing.T) {
+			for op, fn := range map[string]func() error{
+				"Refresh": func() error { return lock.Refresh(ctx, longTTL) },
+				"Release": func() error { return lock.Release(ctx) },
+				"TTL": func() error {
+					d, err := lock.TTL(ctx)
+					if d != 0 {
+						return fmt.Errorf("TTL %v", d)
+					}
+					return err
+				},
+			} {
+				err := noPanic(fn)
+				if assert.Error(t, err, op) {
+					assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, op)
+				}
+			}
+			require.NoError(t, noPanic(func() error {
+				assert.Zero(t, lock.Token())
+				assert.Empty(t, lock.Resource())
+				assert.NotEmpty(t, lock.String())
+				return nil
+			}))
+		})
+	}
+}
+
+// Refresh, TTL and Release act only on the lock they hold.
+func TestRefreshTTLRelease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		l := newLocker(b)
+
+		t.Run("Refresh sets the TTL and keeps the token", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "refresh", 10*time.Second)
+			tok := lock.Token()
+			b.FastForward(t, 5*time.Second)
+			ttl, err := lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 5*time.Second)
+			assert.Greater(t, ttl, 4*time.Second)
+
+			require.NoError(t, lock.Refresh(ctx, 20*time.Second))
+			ttl, err = lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 20*time.Second)
+			assert.Greater(t, ttl, 19*time.Second)
+			assert.Equal(t, tok, lock.Token())
+
+			// The refreshed lock outlives its first TTL.
+			b.FastForward(t, 10*time.Second)
+			_, err = l.TryAcquire(ctx, "refresh", time.Second)
+			assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+
+			// Refresh may shorten the TTL too.
+			require.NoError(t, lock.Refresh(ctx, 2*time.Second))
+			ttl, err = lock.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 2*time.Second)
+			require.NoError(t, lock.Release(ctx))
+		})
+
+		t.Run("expired lock is lost", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "expired", 10*time.Second)
+			b.FastForward(t, 11*time.Second)
+			_, err := lock.TTL(ctx)
+			assert.ErrorIs(t, err, fencedlock.ErrLockLost)
+			assert.Contains(t, err.Error(), `"expired"`)
+			assert.ErrorIs(t, lock.Refresh(ctx, longTTL), fencedlock.ErrLockLost)
+			assert.False(t, keyExists(t, b, l.LockKey("expired")), "Refresh of a lost lock recreated it")
+			assert.ErrorIs(t, lock.Release(ctx), fencedlock.ErrLockLost)
+		})
+
+		t.Run("Release twice", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "twice", longTTL)
+			require.NoError(t, lock.Release(ctx))
+			assert.False(t, keyExists(t, b, l.LockKey("twice")))
+			requireReleased(t, lock.Release(ctx), "second Release")
+			_, err := lock.TTL(ctx)
+			requireReleased(t, err, "TTL")
+		})
+
+		t.Run("late Release and Refresh leave the new owner's lock", func(t *testing.T) {
+			old := mustTryAcquire(t, ctx, l, "takeover", 10*time.Second)
+			b.FastForward(t, 11*time.Second)
+			cur := mustTryAcquire(t, ctx, l, "takeover", 10*time.Second)
+			owner, _ := getKey(t, b, l.LockKey("takeover"))
+
+			assert.ErrorIs(t, old.Release(ctx), fencedlock.ErrLockLost)
+			assert.ErrorIs(t, old.Refresh(ctx, time.Hour), fencedlock.ErrLockLost)
+			after, ok := getKey(t, b, l.LockKey("takeover"))
+			require.True(t, ok, "a late Release deleted the new owner's lock")
+			assert.Equal(t, owner, after)
+			ttl, err := cur.TTL(ctx)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, 10*time.Second, "a late Refresh extended the new owner's lock")
+			require.NoError(t, cur.Release(ctx))
+		})
+
+		t.Run("String shows resource and token, not the owner", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "str", longTTL)
+			owner, _ := getKey(t, b, l.LockKey("str"))
+			require.NotEmpty(t, owner)
+			s := lock.String()
+			assert.Contains(t, s, `"str"`)
+			assert.Contains(t, s, lock.Token().String())
+			assert.NotContains(t, s, owner)
+			require.NoError(t, lock.Release(ctx))
+		})
+	})
+}
+
+// Done and Err of nil, zero and fresh Locks.
+func TestDoneAndErr(t *testing.T) {
+	var nilLock *fencedlock.Lock
+	assert.True(t, isClosed(nilLock.Done()))
+	assert.ErrorIs(t, nilLock.Err(), fencedlock.ErrInvalidArgument)
+	assert.True(t, isClosed((&fencedlock.Lock{}).Done()))
+	assert.ErrorIs(t, (&fencedlock.Lock{}).Err(), fencedlock.ErrInvalidArgument)
+
+	b := redistest.Mini(t)
+	ctx := testCtx(t)
+	l := newLocker(b)
+	lock := mustTryAcquire(t, ctx, l, "r", longTTL)
+	assert.NoError(t, lock.Err())
+	done := lock.Done()
+	assert.False(t, isClosed(done))
+	require.NoError(t, lock.Release(ctx))
+	assert.True(t, isClosed(done))
+	assert.True(t, isClosed(lock.Done()))
+	assert.Equal(t, fencedlock.ErrReleased, lock.Err())
 }

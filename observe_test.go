@@ -72,10 +72,10 @@ func (r *obsRecorder) find(kind fencedlock.EventKind) (fencedlock.Event, bool) {
 // passed on to the end, and the lock's end with how long it was held.
 func TestObserverSeesAcquireAndRelease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		rec := &obsRecorder{}
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
-		lock, err := l.TryAcquire(ctx, "obs", ltLongTTL)
+		lock, err := l.TryAcquire(ctx, "obs", longTTL)
 		require.NoError(t, err)
 		time.Sleep(5 * time.Millisecond)
 		require.NoError(t, lock.Release(ctx))
@@ -93,7 +93,7 @@ func TestObserverSeesAcquireAndRelease(t *testing.T) {
 		end := ev[1]
 		assert.Equal(t, fencedlock.OutcomeAcquired, end.Outcome)
 		assert.Equal(t, lock.Token(), end.Token)
-		assert.Equal(t, ltLongTTL, end.TTL)
+		assert.Equal(t, longTTL, end.TTL)
 		assert.Positive(t, end.Duration)
 		assert.NoError(t, end.Err)
 		lockEnd := ev[3]
@@ -109,10 +109,10 @@ func TestObserverSeesAcquireAndRelease(t *testing.T) {
 // goes on with, and the one its end event gets.
 func TestObserverCtxIsPassedOn(t *testing.T) {
 	b := redistest.Mini(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rec := &obsRecorder{}
 	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
-	lock, err := l.Acquire(ctx, "obs", ltLongTTL)
+	lock, err := l.Acquire(ctx, "obs", longTTL)
 	require.NoError(t, err)
 	require.NoError(t, lock.Release(ctx))
 	rec.mu.Lock()
@@ -129,10 +129,10 @@ func TestObserverCtxIsPassedOn(t *testing.T) {
 // unreachable Redis, a bad argument.
 func TestObserverAcquireOutcomes(t *testing.T) {
 	b := redistest.Mini(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rec := &obsRecorder{}
 	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec))
-	holder := ltTryAcquire(t, ctx, ltLocker(b), "held", ltLongTTL)
+	holder := mustTryAcquire(t, ctx, newLocker(b), "held", longTTL)
 	defer holder.Release(ctx)
 
 	check := func(want fencedlock.Outcome, wantErr error, call func() (*fencedlock.Lock, error)) {
@@ -150,21 +150,21 @@ func TestObserverAcquireOutcomes(t *testing.T) {
 		rec.take()
 	}
 	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
-		return l.TryAcquire(ctx, "held", ltLongTTL)
+		return l.TryAcquire(ctx, "held", longTTL)
 	})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
 	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
-		return l.Acquire(wctx, "held", ltLongTTL)
+		return l.Acquire(wctx, "held", longTTL)
 	})
 	check(fencedlock.OutcomeError, fencedlock.ErrInvalidArgument, func() (*fencedlock.Lock, error) {
-		return l.TryAcquire(ctx, "", ltLongTTL)
+		return l.TryAcquire(ctx, "", longTTL)
 	})
 	unreachable := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer unreachable.Close()
 	down := fencedlock.New(unreachable, fencedlock.WithObserver(rec))
 	check(fencedlock.OutcomeUnavailable, fencedlock.ErrUnavailable, func() (*fencedlock.Lock, error) {
-		return down.TryAcquire(ctx, "down", ltLongTTL)
+		return down.TryAcquire(ctx, "down", longTTL)
 	})
 }
 
@@ -173,17 +173,17 @@ func TestObserverAcquireOutcomes(t *testing.T) {
 // logger warns of it.
 func TestObserverHandOverAndLoss(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := ltCtx(t)
+		ctx := testCtx(t)
 		rec := &obsRecorder{}
-		logs := &ltSyncBuffer{}
+		logs := &syncBuffer{}
 		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(rec), fencedlock.WithLogger(logger))
-		holder := ltTryAcquire(t, ctx, l, "handover", ltLongTTL)
-		waiting := ltLocker(b)
-		done := ltWaitFor(ctx, waiting, "handover", 500*time.Millisecond, fencedlock.WithHeartbeat(0))
-		ltAwaitQueued(t, b, waiting, "handover")
+		holder := mustTryAcquire(t, ctx, l, "handover", longTTL)
+		waiting := newLocker(b)
+		done := acquireAsync(ctx, waiting, "handover", 500*time.Millisecond, fencedlock.WithHeartbeat(0))
+		awaitQueued(t, b, waiting, "handover")
 		require.NoError(t, holder.Release(ctx))
-		waiter := ltAwait(t, done)
+		waiter := awaitAcquired(t, done)
 		e, ok := rec.find(fencedlock.EventHandOver)
 		require.True(t, ok, "no hand_over event: %v", rec.kinds())
 		assert.Equal(t, waiter.Token(), e.Token)
@@ -199,27 +199,27 @@ func TestObserverHandOverAndLoss(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the heartbeat did not find the lock lost")
 		}
-		ltEventually(t, func() bool { _, ok := rec.find(fencedlock.EventLockEnd); return ok }, "the lock_end event")
+		waitUntil(t, func() bool { _, ok := rec.find(fencedlock.EventLockEnd); return ok }, "the lock_end event")
 		end, _ := rec.find(fencedlock.EventLockEnd)
 		assert.Equal(t, fencedlock.OutcomeLost, end.Outcome)
 		assert.Equal(t, lock.Token(), end.Token)
 		assert.ErrorIs(t, end.Err, fencedlock.ErrLockLost)
 
-		records := ltLogRecords(t, logs.String())
-		lost := ltFindRecord(records, "fencedlock: lock lost")
+		records := logRecords(t, logs.String())
+		lost := findLogRecord(records, "fencedlock: lock lost")
 		require.NotNil(t, lost, "no Warn record of the loss in:\n%s", logs.String())
 		assert.Equal(t, "WARN", lost["level"])
 		assert.Equal(t, "lost", lost["resource"])
 		assert.Equal(t, lock.Token().String(), lost["token"], "token is logged in decimal")
 		assert.Contains(t, lost["err"], "lock lost")
-		granted := ltFindRecord(records, "fencedlock: lock granted")
+		granted := findLogRecord(records, "fencedlock: lock granted")
 		require.NotNil(t, granted, "no Debug record of a grant")
 		assert.Equal(t, "DEBUG", granted["level"])
 		for _, key := range []string{"resource", "token", "ttl", "wait"} {
 			assert.Contains(t, granted, key)
 		}
-		assert.NotNil(t, ltFindRecord(records, "fencedlock: lock handed over"), "no record of the hand-over")
-		assert.NotNil(t, ltFindRecord(records, "fencedlock: lock released"), "no record of the release")
+		assert.NotNil(t, findLogRecord(records, "fencedlock: lock handed over"), "no record of the hand-over")
+		assert.NotNil(t, findLogRecord(records, "fencedlock: lock released"), "no record of the release")
 	})
 }
 
@@ -227,9 +227,9 @@ func TestObserverHandOverAndLoss(t *testing.T) {
 // logged at Warn.
 func TestObserverRefreshFailed(t *testing.T) {
 	b := redistest.Real(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rec := &obsRecorder{}
-	logs := &ltSyncBuffer{}
+	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	p := redistest.NewProxy(t, b.Client.Options().Addr)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
@@ -240,13 +240,13 @@ func TestObserverRefreshFailed(t *testing.T) {
 	// The reply to the next refresh is lost: it fails at the client's
 	// read timeout, and the heartbeat tries again.
 	p.DropReplies(1)
-	ltEventually(t, func() bool { _, ok := rec.find(fencedlock.EventRefreshFailed); return ok }, "a refresh_failed event")
+	waitUntil(t, func() bool { _, ok := rec.find(fencedlock.EventRefreshFailed); return ok }, "a refresh_failed event")
 	e, _ := rec.find(fencedlock.EventRefreshFailed)
 	assert.Equal(t, lock.Token(), e.Token)
 	assert.Equal(t, 3*time.Second, e.TTL)
 	assert.Error(t, e.Err)
 	require.NoError(t, lock.Refresh(ctx, 3*time.Second), "the lock is still held")
-	rec2 := ltFindRecord(ltLogRecords(t, logs.String()), "fencedlock: heartbeat refresh failed, will retry")
+	rec2 := findLogRecord(logRecords(t, logs.String()), "fencedlock: heartbeat refresh failed, will retry")
 	require.NotNil(t, rec2, "no Warn record in:\n%s", logs.String())
 	assert.Equal(t, "WARN", rec2["level"])
 	require.NoError(t, lock.Release(ctx))
@@ -304,18 +304,18 @@ func TestOutcomeAndKindNames(t *testing.T) {
 // A value written to a store is never logged.
 func TestLoggerNeverLogsValues(t *testing.T) {
 	b := redistest.Mini(t)
-	ctx := ltCtx(t)
-	logs := &ltSyncBuffer{}
+	ctx := testCtx(t)
+	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithLogger(logger))
 	require.NoError(t, l.Do(ctx, "secret", time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
-		return ltRedisStore(b).Put(ctx, "secret", lock.Token(), []byte("s3cr3t-value"))
+		return newRedisStore(b).Put(ctx, "secret", lock.Token(), []byte("s3cr3t-value"))
 	}))
 	require.NotEmpty(t, logs.String(), "Debug records expected")
 	assert.NotContains(t, logs.String(), "s3cr3t-value")
 }
 
-func ltLogRecords(t *testing.T, s string) []map[string]any {
+func logRecords(t *testing.T, s string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
@@ -329,7 +329,7 @@ func ltLogRecords(t *testing.T, s string) []map[string]any {
 	return out
 }
 
-func ltFindRecord(records []map[string]any, msg string) map[string]any {
+func findLogRecord(records []map[string]any, msg string) map[string]any {
 	for _, r := range records {
 		if r["msg"] == msg {
 			return r

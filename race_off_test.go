@@ -2,5 +2,5 @@
 
 package fencedlock_test
 
-// ltRaceSlack is 0 without the race detector: see race_on_test.go.
-const ltRaceSlack = 0
+// raceSlack is 0 without the race detector: see race_on_test.go.
+const raceSlack = 0

@@ -42,7 +42,7 @@ func rpStart(t *testing.T, ctx context.Context) rpPair {
 // has everything the master has sent (replicas say so every second).
 func rpWaitAcked(t *testing.T, ctx context.Context, master *redis.Client) {
 	t.Helper()
-	ltEventually(t, func() bool {
+	waitUntil(t, func() bool {
 		m, err := redistest.Info(ctx, master, "replication")
 		require.NoError(t, err)
 		return m["master_repl_offset"] != "" && strings.Contains(m["slave0"], ",offset="+m["master_repl_offset"]+",")
@@ -69,7 +69,7 @@ func rpRequireOnReplica(t *testing.T, ctx context.Context, rc *redis.Client, l *
 // 100ms, so a replica read right after an acquire that did not wait would
 // find nothing.
 func TestWithReplicasWaitsForTheReplica(t *testing.T) {
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rp := rpStart(t, ctx)
 	rp.link.Delay(100 * time.Millisecond)
 	// The waiter's client hands out its idle connections oldest first, so
@@ -81,7 +81,7 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 	l := fencedlock.New(wc, fencedlock.WithReplicas(1, 5*time.Second))
 
 	t.Run("TryAcquire", func(t *testing.T) {
-		lock := ltTryAcquire(t, ctx, l, "try", ltLongTTL)
+		lock := mustTryAcquire(t, ctx, l, "try", longTTL)
 		rpRequireOnReplica(t, ctx, rp.replica, l, lock)
 		require.NoError(t, lock.Release(ctx))
 	})
@@ -101,17 +101,17 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			res := "handover-" + name
-			holder := ltTryAcquire(t, ctx, holderLocker, res, ltLongTTL)
-			done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
-			ltEventually(t, func() bool {
-				return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, l, res) == 1
+			holder := mustTryAcquire(t, ctx, holderLocker, res, longTTL)
+			done := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+			waitUntil(t, func() bool {
+				return l.WaiterRefused(res) && channelSubscribers(t, rp.master, l, res) == 1
 			}, "the waiter to queue and subscribe")
 			// The master knows that the replica has the waiter's own
 			// writes before the grant: a WAIT for those alone would return
 			// at once.
 			rpWaitAcked(t, ctx, rp.master)
 			require.NoError(t, holder.Release(ctx))
-			lock := ltAwait(t, done)
+			lock := awaitAcquired(t, done)
 			require.Greater(t, lock.Token(), holder.Token())
 			rpRequireOnReplica(t, ctx, rp.replica, l, lock)
 			require.NoError(t, lock.Release(ctx))
@@ -124,7 +124,7 @@ func TestWithReplicasWaitsForTheReplica(t *testing.T) {
 // while the waiter already has the Lock, and the waiter's refresh, on
 // another connection, would otherwise find the old holder's lock.
 func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rp := rpStart(t, ctx)
 	rp.link.Delay(100 * time.Millisecond)
 	p := redistest.NewProxy(t, rp.master.Options().Addr)
@@ -133,16 +133,16 @@ func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
 	l := fencedlock.New(c, fencedlock.WithReplicas(1, 5*time.Second))
 
 	const res = "held-up"
-	holder := ltTryAcquire(t, ctx, l, res, ltLongTTL)
-	done := ltWaitFor(ctx, l, res, ltLongTTL, ltHourDelay)
-	ltEventually(t, func() bool {
-		return l.WaiterRefused(res) && ltChannelSubscribers(t, rp.master, l, res) == 1
+	holder := mustTryAcquire(t, ctx, l, res, longTTL)
+	done := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool {
+		return l.WaiterRefused(res) && channelSubscribers(t, rp.master, l, res) == 1
 	}, "the waiter to queue and subscribe")
 	time.Sleep(50 * time.Millisecond) // for its attempt once the subscription is confirmed
 	p.HoldRequests(1, 300*time.Millisecond)
 	require.NoError(t, holder.Release(ctx))
 	require.Equal(t, 1, p.Released(), "the release must have been held up")
-	lock := ltAwait(t, done)
+	lock := awaitAcquired(t, done)
 	require.Greater(t, lock.Token(), holder.Token())
 	rpRequireOnReplica(t, ctx, rp.replica, l, lock)
 	require.NoError(t, lock.Release(ctx))
@@ -152,7 +152,7 @@ func TestWithReplicasWaitsForTheHandOver(t *testing.T) {
 // ErrNotReplicated after the timeout, and the grant is released at once:
 // another owner can take the lock, with a higher token.
 func TestWithReplicasFailsWhenReplicasDoNotConfirm(t *testing.T) {
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rp := rpStart(t, ctx)
 	const timeout = 200 * time.Millisecond
 	other := fencedlock.New(rp.master)
@@ -167,14 +167,14 @@ func TestWithReplicasFailsWhenReplicasDoNotConfirm(t *testing.T) {
 		n, err := rp.master.Exists(ctx, other.LockKey(res)).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "the unconfirmed grant must be released")
-		lock := ltTryAcquire(t, ctx, other, res, ltLongTTL)
+		lock := mustTryAcquire(t, ctx, other, res, longTTL)
 		require.NoError(t, lock.Release(ctx))
 	}
 
 	t.Run("more replicas than there are", func(t *testing.T) {
 		l := fencedlock.New(rp.master, fencedlock.WithReplicas(2, timeout))
 		start := time.Now()
-		lock, err := l.TryAcquire(ctx, "two", ltLongTTL)
+		lock, err := l.TryAcquire(ctx, "two", longTTL)
 		require.Nil(t, lock)
 		requireRefused(t, err, time.Since(start), "two")
 	})
@@ -184,14 +184,14 @@ func TestWithReplicasFailsWhenReplicasDoNotConfirm(t *testing.T) {
 		defer rp.link.Resume()
 		l := fencedlock.New(rp.master, fencedlock.WithReplicas(1, timeout))
 		start := time.Now()
-		lock, err := l.TryAcquire(ctx, "stalled", ltLongTTL)
+		lock, err := l.TryAcquire(ctx, "stalled", longTTL)
 		require.Nil(t, lock)
 		requireRefused(t, err, time.Since(start), "stalled")
 
 		// A waiting Acquire is refused too, at once rather than at the
 		// end of its context.
 		start = time.Now()
-		lock, err = l.Acquire(ctx, "stalled-wait", ltLongTTL)
+		lock, err = l.Acquire(ctx, "stalled-wait", longTTL)
 		require.Nil(t, lock)
 		requireRefused(t, err, time.Since(start), "stalled-wait")
 	})
@@ -199,7 +199,7 @@ func TestWithReplicasFailsWhenReplicasDoNotConfirm(t *testing.T) {
 	t.Run("confirmed again once replication resumes", func(t *testing.T) {
 		foWaitInSync(t, ctx, rp.master, rp.replica)
 		l := fencedlock.New(rp.master, fencedlock.WithReplicas(1, 5*time.Second))
-		lock := ltTryAcquire(t, ctx, l, "resumed", ltLongTTL)
+		lock := mustTryAcquire(t, ctx, l, "resumed", longTTL)
 		rpRequireOnReplica(t, ctx, rp.replica, l, lock)
 		require.NoError(t, lock.Release(ctx))
 	})
@@ -213,7 +213,7 @@ func TestWithReplicasWithoutReplicas(t *testing.T) {
 		t.Helper()
 		l := fencedlock.New(client, fencedlock.WithPrefix(prefix), fencedlock.WithReplicas(1, 20*time.Millisecond))
 		for _, res := range []string{"a", "b", "c"} {
-			lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+			lock, err := l.TryAcquire(ctx, res, longTTL)
 			require.Nil(t, lock)
 			require.ErrorIs(t, err, fencedlock.ErrNotReplicated)
 			require.Contains(t, err.Error(), "0 of 1 replicas")
@@ -223,7 +223,7 @@ func TestWithReplicasWithoutReplicas(t *testing.T) {
 		}
 	}
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		check(t, ltCtx(t), b.Client, b.Prefix)
+		check(t, testCtx(t), b.Client, b.Prefix)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		servers := redistest.StartClusterN(t, 3)
@@ -233,7 +233,7 @@ func TestWithReplicasWithoutReplicas(t *testing.T) {
 		}
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		t.Cleanup(func() { _ = cc.Close() })
-		check(t, ltCtx(t), cc, "fencedlock")
+		check(t, testCtx(t), cc, "fencedlock")
 	})
 }
 
@@ -241,7 +241,7 @@ func TestWithReplicasWithoutReplicas(t *testing.T) {
 // Locker returns ErrInvalidArgument and nothing is sent.
 func TestWithReplicasInvalid(t *testing.T) {
 	b := redistest.Mini(t)
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": b.Client.Options().Addr}})
 	t.Cleanup(func() { _ = ring.Close() })
 	for name, l := range map[string]*fencedlock.Locker{
@@ -251,14 +251,14 @@ func TestWithReplicasInvalid(t *testing.T) {
 		"sub-ms timeout":    fencedlock.New(b.Client, fencedlock.WithReplicas(1, 999*time.Microsecond)),
 		"a Ring":            fencedlock.New(ring, fencedlock.WithReplicas(1, time.Second)),
 	} {
-		lock, err := l.TryAcquire(ctx, "r", ltLongTTL)
+		lock, err := l.TryAcquire(ctx, "r", longTTL)
 		require.Nil(t, lock, name)
 		require.ErrorIs(t, err, fencedlock.ErrInvalidArgument, name)
 		require.Contains(t, err.Error(), "WithReplicas", name)
-		lock, err = l.Acquire(ctx, "r", ltLongTTL)
+		lock, err = l.Acquire(ctx, "r", longTTL)
 		require.Nil(t, lock, name)
 		require.ErrorIs(t, err, fencedlock.ErrInvalidArgument, name)
-		require.True(t, errors.Is(l.Do(ctx, "r", ltLongTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument), name)
+		require.True(t, errors.Is(l.Do(ctx, "r", longTTL, func(context.Context, *fencedlock.Lock) error { return nil }), fencedlock.ErrInvalidArgument), name)
 	}
 	require.Empty(t, b.Miniredis().Keys(), "nothing may be sent")
 }
@@ -293,7 +293,7 @@ func (h *rpHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // WAIT that fails, a TTL shorter than the replication takes, and a ctx
 // that ends. Each time the acquire returns no Lock and the lock is free.
 func TestWithReplicasFailures(t *testing.T) {
-	ctx := ltCtx(t)
+	ctx := testCtx(t)
 	rp := rpStart(t, ctx)
 
 	// requireFree checks that the failed acquire left res free.
@@ -318,7 +318,7 @@ func TestWithReplicasFailures(t *testing.T) {
 		}}
 		c.AddHook(h)
 		h.armed.Store(true)
-		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+		lock, err := l.TryAcquire(ctx, res, longTTL)
 		h.armed.Store(false)
 		require.Nil(t, lock)
 		require.ErrorIs(t, err, fencedlock.ErrLockLost)
@@ -335,7 +335,7 @@ func TestWithReplicasFailures(t *testing.T) {
 		c.AddHook(h)
 		h.armed.Store(true)
 		l := fencedlock.New(c, fencedlock.WithReplicas(1, time.Second))
-		lock, err := l.TryAcquire(ctx, res, ltLongTTL)
+		lock, err := l.TryAcquire(ctx, res, longTTL)
 		require.Nil(t, lock)
 		require.ErrorIs(t, err, injected)
 		require.NotErrorIs(t, err, fencedlock.ErrNotReplicated)
@@ -369,10 +369,10 @@ func TestWithReplicasFailures(t *testing.T) {
 		l := fencedlock.New(c, fencedlock.WithReplicas(1, 5*time.Second))
 		for name, acquire := range map[string]func(context.Context, string) (*fencedlock.Lock, error){
 			"TryAcquire": func(ctx context.Context, res string) (*fencedlock.Lock, error) {
-				return l.TryAcquire(ctx, res, ltLongTTL)
+				return l.TryAcquire(ctx, res, longTTL)
 			},
 			"Acquire": func(ctx context.Context, res string) (*fencedlock.Lock, error) {
-				return l.Acquire(ctx, res, ltLongTTL)
+				return l.Acquire(ctx, res, longTTL)
 			},
 		} {
 			tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -386,7 +386,7 @@ func TestWithReplicasFailures(t *testing.T) {
 			require.NotErrorIs(t, err, fencedlock.ErrNotAcquired, name)
 			// The release of the unconfirmed grant may finish in the
 			// background, past ctx.
-			ltEventually(t, func() bool {
+			waitUntil(t, func() bool {
 				n, err := rp.master.Exists(ctx, l.LockKey("ctx-"+name)).Result()
 				return err == nil && n == 0
 			}, "the grant to be released")

@@ -50,8 +50,8 @@ func snAwaitQueued(t *testing.T, ctx context.Context, s *redistest.Sentinel, l *
 	m, err := s.Master(ctx)
 	require.NoError(t, err)
 	mc := m.Client(t)
-	ltEventually(t, func() bool {
-		return l.WaiterRefused(resource) && ltChannelSubscribers(t, mc, l, resource) == 1
+	waitUntil(t, func() bool {
+		return l.WaiterRefused(resource) && channelSubscribers(t, mc, l, resource) == 1
 	}, "the waiter to queue and subscribe")
 	time.Sleep(50 * time.Millisecond)
 }
@@ -86,7 +86,7 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	// The subtests have closed their clients: nothing of the Lockers, nor
 	// of go-redis's subscriptions to the Sentinels, may be left.
-	ltNoGoroutinesLeft(t)
+	requireNoGoroutinesLeft(t)
 }
 
 func snFailover(t *testing.T, withReplicas bool) {
@@ -102,20 +102,20 @@ func snFailover(t *testing.T, withReplicas bool) {
 	const res = "sentinel"
 	var earlier []fencedlock.Token
 	for i := 0; i < 3; i++ {
-		earlier = append(earlier, ltGrant(t, ctx, la, res))
+		earlier = append(earlier, grantAndRelease(t, ctx, la, res))
 	}
 	if !withReplicas {
 		require.NoError(t, s.CutReplication(ctx))
 	}
 
-	a := ltTryAcquire(t, ctx, la, res, snHolderTTL)
+	a := mustTryAcquire(t, ctx, la, res, snHolderTTL)
 	earlier = append(earlier, a.Token())
 	store := fencedlock.NewMemoryStore()
 	require.NoError(t, store.Put(ctx, res, a.Token(), []byte("A")))
 	// W waits with its fallback timer out of the way (capped by A's TTL):
 	// it asks Redis again when its subscription is confirmed, which it is
 	// again once its client has reconnected to the new master.
-	done := ltWaitFor(ctx, lw, res, ltLongTTL, ltHourDelay)
+	done := acquireAsync(ctx, lw, res, longTTL, hourRetryDelay)
 	snAwaitQueued(t, ctx, s, lw, res)
 
 	killed := s.KillMaster(t)
@@ -137,16 +137,16 @@ func snFailover(t *testing.T, withReplicas bool) {
 		require.Equal(t, earlier[len(earlier)-2].String(), counters[promoted], "the promoted replica must have missed A's grant, and nothing before it")
 	}
 
-	w := ltAwait(t, done)
+	w := awaitAcquired(t, done)
 	t.Logf("master %s killed; %s promoted after %v; W granted %v later; tokens: earlier %v, W %d",
 		killed.Addr, promoted.Addr, promotedAt.Sub(killedAt).Round(time.Millisecond), time.Since(promotedAt).Round(time.Millisecond), earlier, w.Token())
 	for _, e := range earlier {
 		require.Greater(t, w.Token(), e, "the first grant after the failover must be above every earlier one")
 	}
 	require.NoError(t, store.Put(ctx, res, w.Token(), []byte("W")))
-	ltRequireStale(t, store.Put(ctx, res, a.Token(), []byte("A, late")), res, a.Token(), w.Token())
-	ltRequireValue(t, ctx, store, res, "W", w.Token())
+	requireStale(t, store.Put(ctx, res, a.Token(), []byte("A, late")), res, a.Token(), w.Token())
+	requireValue(t, ctx, store, res, "W", w.Token())
 	require.ErrorIs(t, a.Release(ctx), fencedlock.ErrLockLost)
 	require.NoError(t, w.Release(ctx))
-	require.Greater(t, ltGrant(t, ctx, la, res), w.Token())
+	require.Greater(t, grantAndRelease(t, ctx, la, res), w.Token())
 }

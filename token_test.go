@@ -141,9 +141,9 @@ func TestTokenJSON(t *testing.T) {
 	assert.Equal(t, fencedlock.Token(5), back.Token)
 }
 
-// ltReferenceParse is the specification of ParseToken written
+// referenceParseToken is the specification of ParseToken written
 // independently: 1 to 64 ASCII digits whose value is from 1 to 2^64-1.
-func ltReferenceParse(s string) (fencedlock.Token, bool) {
+func referenceParseToken(s string) (fencedlock.Token, bool) {
 	if len(s) == 0 || len(s) > 64 {
 		return 0, false
 	}
@@ -160,7 +160,7 @@ func ltReferenceParse(s string) (fencedlock.Token, bool) {
 }
 
 // FuzzParseToken checks ParseToken, String, MarshalText and UnmarshalText
-// on any string against ltReferenceParse, the rule of ParseToken written
+// on any string against referenceParseToken, the rule of ParseToken written
 // independently. UnmarshalText also accepts "0" and leaves its receiver
 // unchanged on error.
 func FuzzParseToken(f *testing.F) {
@@ -183,7 +183,7 @@ func FuzzParseToken(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		want, ok := ltReferenceParse(s)
+		want, ok := referenceParseToken(s)
 		tok, err := fencedlock.ParseToken(s)
 		if ok {
 			if err != nil || tok != want {

@@ -1,0 +1,281 @@
+// Package history checks what clients saw of a fenced store against the
+// fenced register, one register per resource. It is the one history
+// checker of fencedlock's tests: the root package's store tests and the
+// fault-injection safety suite (package safety, its checker C) use it.
+//
+// The register's state is the last accepted value and its token. A Put
+// with token t:
+//   - answered OK: t is not below the stored token, and the state becomes
+//     (value, t);
+//   - answered Stale with current c: t is below the stored token, which is
+//     c, and nothing changes;
+//   - with an Unknown answer: either of the above, whichever the rule
+//     allows (or nothing), at any point up to the end of the history,
+//     since a write held in the network can land after its client gave up.
+//
+// A Get returns the stored value and token, or NotFound before the first
+// write. Gets with an Unknown answer say nothing and are dropped.
+//
+// A history is legal when it is linearizable with respect to that register
+// (checked with porcupine): every call took effect at one instant between
+// its call and its return (Unknown Puts: up to the end of the history, the
+// Final Gets excepted). Check adds a rule on what a refusal reports.
+package history
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// Kind says what an Op did.
+type Kind int
+
+// The operations of a fenced store.
+const (
+	Put Kind = iota // Store.Put with a token
+	Get             // Store.Get
+)
+
+// Outcome is how an Op ended, as its client saw it.
+type Outcome string
+
+// The outcomes.
+const (
+	OK       Outcome = "ok"       // Put: accepted; Get: returned a value
+	Stale    Outcome = "stale"    // Put refused with a *fencedlock.StaleTokenError
+	NotFound Outcome = "notfound" // Get: the store holds no value
+	Unknown  Outcome = "unknown"  // any other error: the Put may have landed, or may land later
+)
+
+// Op is one call to a store. Call and Return are timestamps on one clock
+// common to all clients (ticks of an atomic counter, or wall-clock
+// nanoseconds): a.Return < b.Call means a returned before b was called.
+type Op struct {
+	Client   int
+	Resource string
+	Kind     Kind
+	Call     int64
+	Return   int64
+	Outcome  Outcome
+	Token    fencedlock.Token // Put: written with; Get: read
+	Value    string           // Put: written (unique per resource); Get: read
+	Current  fencedlock.Token // Put refused as Stale: the store's token
+	// Final marks a Get made once no write could land any more: Unknown
+	// Puts take effect before it, if at all.
+	Final bool
+	// Refusal is the error of a Stale Put, when the client kept it: Check
+	// requires that it names the Put's own resource and token and the
+	// Current above.
+	Refusal *fencedlock.StaleTokenError
+}
+
+func (o Op) String() string {
+	kind := "Put"
+	if o.Kind == Get {
+		kind = "Get"
+	}
+	s := fmt.Sprintf("c%d %s(%s, token %d, %q) %s", o.Client, kind, o.Resource, o.Token, o.Value, o.Outcome)
+	if o.Outcome == Stale {
+		s += fmt.Sprintf(" (current %d)", o.Current)
+	}
+	return s + fmt.Sprintf(" @[%d,%d]", o.Call, o.Return)
+}
+
+// Check checks ops and returns one line per violation, none for a legal
+// history: every refusal reports its own Put (when Refusal is set), and
+// the history is linearizable with respect to the fenced register. It
+// waits as long as the linearizability check takes.
+func Check(ops []Op) []string {
+	var bad []string
+	for _, o := range ops {
+		if o.Kind != Put || o.Outcome != Stale || o.Refusal == nil {
+			continue
+		}
+		r := o.Refusal
+		if r.Resource != o.Resource || r.Token != o.Token {
+			bad = append(bad, fmt.Sprintf("%v refused with %+v, naming another write", o, *r))
+		}
+		if r.Current != o.Current {
+			bad = append(bad, fmt.Sprintf("%v refused with %+v, whose Current is not the op's", o, *r))
+		}
+	}
+	sort.Strings(bad)
+	if res, _ := Linearizable(ops, 0); res != porcupine.Ok {
+		bad = append(bad, fmt.Sprintf("the %d ops are not linearizable with respect to the fenced register: %s", len(ops), res))
+	}
+	return bad
+}
+
+// Linearizable checks that ops are linearizable with respect to the fenced
+// register, giving up after timeout (0: none) with porcupine.Unknown. The
+// info is what Visualize shows.
+func Linearizable(ops []Op, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(model, operations(ops), timeout)
+}
+
+// Operations returns how many of ops the linearizability check takes:
+// Gets with an Unknown outcome are dropped.
+func Operations(ops []Op) int { return len(operations(ops)) }
+
+// Visualize writes porcupine's visualization of a check (an HTML page
+// showing the longest linearizations it found and where they fail) to path.
+func Visualize(info porcupine.LinearizationInfo, path string) error {
+	return porcupine.VisualizePath(model, info, path)
+}
+
+type input struct {
+	Resource string
+	Put      bool
+	Token    fencedlock.Token
+	Value    string // written
+}
+
+type output struct {
+	Outcome Outcome
+	Token   fencedlock.Token // read
+	Value   string           // read
+	Current fencedlock.Token // refused as stale: the store's token
+}
+
+type state struct {
+	Value   string
+	Token   fencedlock.Token
+	Written bool
+}
+
+// step returns the states the register can be in after the operation,
+// none when the operation's output is impossible from s.
+func step(s state, in input, out output) []any {
+	if in.Put {
+		next := state{Value: in.Value, Token: in.Token, Written: true}
+		passes := in.Token >= s.Token // the fence rule, fencedlock.CheckToken
+		switch out.Outcome {
+		case OK:
+			if passes {
+				return []any{next}
+			}
+		case Stale:
+			if !passes && out.Current == s.Token {
+				return []any{s}
+			}
+		default: // unknown: applied, if the rule lets it, or not
+			if passes {
+				return []any{s, next}
+			}
+			return []any{s}
+		}
+		return nil
+	}
+	switch out.Outcome {
+	case OK:
+		if s.Written && s.Value == out.Value && s.Token == out.Token {
+			return []any{s}
+		}
+	case NotFound:
+		if !s.Written {
+			return []any{s}
+		}
+	}
+	return nil
+}
+
+var nondeterministic = porcupine.NondeterministicModel{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byRes := map[string][]porcupine.Operation{}
+		var order []string
+		for _, o := range history {
+			res := o.Input.(input).Resource
+			if _, ok := byRes[res]; !ok {
+				order = append(order, res)
+			}
+			byRes[res] = append(byRes[res], o)
+		}
+		parts := make([][]porcupine.Operation, 0, len(order))
+		for _, res := range order {
+			parts = append(parts, byRes[res])
+		}
+		return parts
+	},
+	Init: func() []any { return []any{state{}} },
+	StepContext: func(_ context.Context, s, in, out any) []any {
+		return step(s.(state), in.(input), out.(output))
+	},
+	Hash: func(st any) uint64 {
+		s := st.(state)
+		h := fnv.New64a()
+		h.Write([]byte(s.Value))
+		h.Write([]byte(strconv.FormatUint(uint64(s.Token), 10)))
+		if s.Written {
+			h.Write([]byte{1})
+		}
+		return h.Sum64()
+	},
+	DescribeOperation: func(i, o any) string {
+		in, out := i.(input), o.(output)
+		if in.Put {
+			if out.Outcome == Stale {
+				return fmt.Sprintf("put(%s, t%d) -> stale (current t%d)", in.Value, in.Token, out.Current)
+			}
+			return fmt.Sprintf("put(%s, t%d) -> %s", in.Value, in.Token, out.Outcome)
+		}
+		if out.Outcome == OK {
+			return fmt.Sprintf("get() -> %s, t%d", out.Value, out.Token)
+		}
+		return "get() -> " + string(out.Outcome)
+	},
+	DescribeState: func(st any) string {
+		s := st.(state)
+		if !s.Written {
+			return "empty"
+		}
+		return fmt.Sprintf("%s, t%d", s.Value, s.Token)
+	},
+}
+
+var model = nondeterministic.ToModel()
+
+// operations turns ops into porcupine's operations. A Put with an unknown
+// answer may take effect at any time after its call, so its return is the
+// end of the history: after every op but the Final Gets.
+func operations(ops []Op) []porcupine.Operation {
+	var end int64
+	for _, o := range ops {
+		if !o.Final {
+			end = max(end, o.Return)
+		}
+	}
+	end++
+	var out []porcupine.Operation
+	for _, o := range ops {
+		ret := o.Return
+		var in input
+		var res output
+		switch o.Kind {
+		case Put:
+			in = input{Resource: o.Resource, Put: true, Token: o.Token, Value: o.Value}
+			res = output{Outcome: o.Outcome, Current: o.Current}
+			if o.Outcome != OK && o.Outcome != Stale {
+				res.Outcome = Unknown
+				ret = end
+			}
+		case Get:
+			if o.Outcome != OK && o.Outcome != NotFound {
+				continue
+			}
+			in = input{Resource: o.Resource}
+			res = output{Outcome: o.Outcome, Token: o.Token, Value: o.Value}
+		default:
+			continue
+		}
+		out = append(out, porcupine.Operation{ClientId: o.Client, Input: in, Call: o.Call, Output: res, Return: ret})
+	}
+	return out
+}
