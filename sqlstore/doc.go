@@ -76,8 +76,8 @@
 //     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
 //     failure (SQLSTATE 40001) of a Tx or Put that waited for another on
 //     its resource, which wrote nothing; in MySQL, a lock wait timeout
-//     (1205), and a deadlock (1213) in fn or after Put and Tx tried
-//     again 10 times.
+//     (1205), and a deadlock (1213) in fn, or one that ended all 10
+//     attempts of Put's or Tx's transaction (the first and 9 more).
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
 // io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
