@@ -25,7 +25,10 @@
 // The package uses only database/sql: the program imports the driver,
 // e.g. modernc.org/sqlite or github.com/mattn/go-sqlite3 for [SQLite],
 // github.com/lib/pq or github.com/jackc/pgx/v5/stdlib for [Postgres],
-// github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB).
+// github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB). On
+// SQLite, set a busy timeout on the connections (for instance
+// _pragma=busy_timeout(5000) with modernc.org/sqlite), so that a write
+// waits for another rather than failing at once, and use WAL.
 //
 // https://github.com/fencedlock/fencedlock/blob/main/docs/stores.md gives
 // the token rule that every store applies, and
