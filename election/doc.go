@@ -42,7 +42,11 @@
 // # What is guaranteed
 //
 //   - Each term's token is higher than every earlier term's, in the same
-//     election.
+//     election, while Redis keeps the token counter, or loses it with its
+//     clock not behind. A counter lost with the Redis clock behind gives
+//     lower tokens, whose writes fenced stores refuse until
+//     [fencedlock.Locker.Advance] raises the counter: see
+//     https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md#counter-loss-and-lockeradvance.
 //   - A fenced store ([fencedlock.Store], package sqlstore, or a service
 //     using package fencehttp) refuses a write whose token is lower than
 //     one it has accepted: once a newer leader has written, nothing an

@@ -30,8 +30,9 @@
 //
 // What each measures:
 //
-//   - fencedlock.acquire.duration is the time from a call to TryAcquire,
-//     Acquire or Do to its return, waiting included. Its
+//   - fencedlock.acquire.duration is the time from a call to TryAcquire
+//     or Acquire to its return, waiting included; for Do, the time of the
+//     Acquire that Do makes before it calls fn, not fn's. Its
 //     fencedlock.outcome is acquired, not_acquired (the lock was held, or
 //     ctx ended while waiting), unavailable (Redis could not be reached
 //     or did not answer) or error.

@@ -72,9 +72,11 @@
 // do not see each other's writes.
 //
 // Run the suite with -race: the concurrent subtest starts goroutines that
-// Put and Get at once, and a store's data races show there. The suite
-// takes well under a second on an in-memory store and a few hundred round
-// trips on a networked one.
+// Put and Get at once, and a store's data races show there. On
+// fencedlock.MemoryStore the suite takes 0.06 s, 0.28 s with -race (go
+// test -v -race -run 'TestMemoryStore$' ./fencetest in fencedlock's
+// repository, on 2 shared cores); on a networked store, its round trips
+// add to that.
 //
 // FuzzStore checks the same rules, but for concurrency, on random
 // sequences of Puts and Gets, from a fuzz target:

@@ -25,7 +25,10 @@
 // The package uses only database/sql: the program imports the driver,
 // e.g. modernc.org/sqlite or github.com/mattn/go-sqlite3 for [SQLite],
 // github.com/lib/pq or github.com/jackc/pgx/v5/stdlib for [Postgres],
-// github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB).
+// github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB). On
+// SQLite, set a busy timeout on the connections (for instance
+// _pragma=busy_timeout(5000) with modernc.org/sqlite), so that a write
+// waits for another rather than failing at once, and use WAL.
 //
 // https://github.com/fencedlock/fencedlock/blob/main/docs/stores.md gives
 // the token rule that every store applies, and
@@ -76,8 +79,8 @@
 //     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
 //     failure (SQLSTATE 40001) of a Tx or Put that waited for another on
 //     its resource, which wrote nothing; in MySQL, a lock wait timeout
-//     (1205), and a deadlock (1213) in fn or after Put and Tx tried
-//     again 10 times.
+//     (1205), and a deadlock (1213) in fn, or one that ended all 10
+//     attempts of Put's or Tx's transaction (the first and 9 more).
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
 // io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
