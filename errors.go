@@ -8,7 +8,9 @@ import (
 )
 
 // Sentinel errors. Compare with errors.Is: the library wraps them with
-// detail (the resource, the argument, the cause).
+// detail (the resource, the argument, the cause). The few errors that
+// wrap none are listed in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md.
 var (
 	// ErrNotAcquired means Redis answered that another owner holds the
 	// lock (or that it is free but promised to a queued waiter).

@@ -64,6 +64,14 @@ func TestReleasedMeansReleased(t *testing.T) {
 		requireReleased(t, lock.Refresh(ctx, longTTL), "Refresh")
 		_, err := lock.TTL(ctx)
 		requireReleased(t, err, "TTL")
+
+		// An ended Lock says so whatever the ctx of the call.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		requireReleased(t, lock.Release(done), "second Release with a done ctx")
+		requireReleased(t, lock.Refresh(done, longTTL), "Refresh with a done ctx")
+		_, err = lock.TTL(done)
+		requireReleased(t, err, "TTL with a done ctx")
 	})
 }
 

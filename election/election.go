@@ -156,7 +156,8 @@ type Term struct {
 }
 
 // Token returns the term's fencing token, higher than every earlier
-// term's.
+// term's, unless the token counter was lost with the Redis clock behind
+// (see the package documentation).
 func (t *Term) Token() fencedlock.Token {
 	if t == nil {
 		return 0

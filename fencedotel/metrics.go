@@ -90,7 +90,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	}
 	if in.acquireDuration, err = m.Float64Histogram(MetricAcquireDuration,
 		metric.WithUnit("s"),
-		metric.WithDescription("Time from a call to TryAcquire, Acquire or Do to its return, by outcome."),
+		metric.WithDescription("Time from a call to TryAcquire or Acquire (for Do, its acquire) to its return, by outcome."),
 		metric.WithExplicitBucketBoundaries(acquireBuckets...)); err != nil {
 		return in, wrap(MetricAcquireDuration, err)
 	}

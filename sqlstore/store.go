@@ -344,7 +344,7 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 // first, it returns at once and leaves the statement to the driver, which
 // ends it when the database answers or the connection closes. In MySQL,
 // Put is a transaction, made again when InnoDB ends it as a deadlock
-// victim (up to 10 times).
+// victim (up to 10 attempts in all).
 func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
 	if err := s.check(resource); err != nil {
 		return err
