@@ -331,16 +331,12 @@ func TestKeysAreDocumented(t *testing.T) {
 	}()
 
 	// The waiter is queued once the queue key exists.
-	var keys []string
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		keys, err = b.Client.Keys(ctx, b.Prefix+"*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slicesContains(keys, b.Prefix+":{"+resource+"}:queue") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitUntil(t, func() bool {
+		return b.Client.Exists(ctx, b.Prefix+":{"+resource+"}:queue").Val() == 1
+	}, "the waiter queued")
+	keys, err := b.Client.Keys(ctx, b.Prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	documented := documentedKeys(t, b.Prefix, resource, otherKey)
@@ -376,12 +372,3 @@ func TestKeysAreDocumented(t *testing.T) {
 
 // redisType maps the types docs/redis.md names to those TYPE returns.
 var redisType = map[string]string{"string": "string", "hash": "hash", "sorted set": "zset", "set": "set", "list": "list"}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
