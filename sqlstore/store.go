@@ -513,12 +513,12 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return bounded(ctx, "tx", resource, func() error { return s.tx(ctx, resource, token, fn) })
+	return boundedGated(ctx, "tx", resource, func(begin func() bool) error { return s.tx(ctx, resource, token, fn, begin) })
 }
 
 // tx is Tx after its checks: the transaction, from taking a connection to
 // the commit.
-func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) error {
 	// A connection of its own, so that Tx can end the transaction on it
 	// when a commit or rollback fails, or discard it: some drivers leave
 	// the transaction open then (modernc.org/sqlite after a failed
@@ -543,7 +543,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		conn.Close()
 	}()
 	for attempt := 1; ; attempt++ {
-		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn)
+		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn, begin)
 		switch {
 		case !raiseFailed:
 			return err // fn's error among others, as it is
@@ -557,7 +557,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 // when conn is to be closed instead of going back to the pool.
 // raiseFailed reports that the statements raising the fence failed, so
 // that fn has not run, and err is their error, wrapped.
-func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error) (raiseFailed bool, err error) {
+func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) (raiseFailed bool, err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return false, dbErr(ctx, "tx", resource, "begin: ", err)
@@ -583,9 +583,10 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 	if err := fencedlock.CheckToken(resource, token, current); err != nil {
 		return false, err
 	}
-	// The fence may have come free just as ctx ended. Tx has then given
-	// up and returned: fn must not start unbeknown to the caller.
-	if ctx.Err() != nil {
+	// The fence may have come free just as ctx ended, and Tx may have
+	// given up and returned: fn must not start unbeknown to the caller.
+	// begin reports whether Tx still waits for this outcome.
+	if ctx.Err() != nil || !begin() {
 		return false, ended(ctx, "tx", resource)
 	}
 	if err := fn(tx); err != nil {

@@ -197,8 +197,17 @@ func ended(ctx context.Context, op, resource string) error {
 // unrecovered panic does) when the caller has returned. A work that
 // calls runtime.Goexit ends the caller's goroutine too.
 func bounded(ctx context.Context, op, resource string, work func() error) error {
+	return boundedGated(ctx, op, resource, func(func() bool) error { return work() })
+}
+
+// boundedGated is bounded for a work with a step that must not begin
+// once the caller has returned (Tx's fn): work calls begin just before
+// that step, and skips it when begin returns false. begin and the
+// caller's giving up exclude each other, so the step either begins while
+// the caller still waits, or never.
+func boundedGated(ctx context.Context, op, resource string, work func(begin func() bool) error) error {
 	if ctx.Done() == nil {
-		return work()
+		return work(func() bool { return true })
 	}
 	var (
 		mu       sync.Mutex
@@ -206,6 +215,11 @@ func bounded(ctx context.Context, op, resource string, work func() error) error 
 		finished = make(chan struct{})
 		out      outcome // guarded by mu: work's outcome, set before finished is closed
 	)
+	begin := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !gaveUp
+	}
 	go func() {
 		normal := false
 		defer func() {
@@ -224,7 +238,7 @@ func bounded(ctx context.Context, op, resource string, work func() error) error 
 			out = outcome{panicked: v != nil, value: v, goexit: v == nil}
 			close(finished)
 		}()
-		err := work()
+		err := work(begin)
 		normal = true
 		mu.Lock()
 		defer mu.Unlock()

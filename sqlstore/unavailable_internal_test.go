@@ -163,3 +163,42 @@ func TestVictimErr(t *testing.T) {
 		t.Errorf("victimErr(nil) = %v", err)
 	}
 }
+
+// A gated step begins only while the caller of boundedGated still waits:
+// once the caller has given up at the end of ctx, begin returns false,
+// and a begin that came first is honoured.
+func TestBoundedGatedBeginsOnlyWhileTheCallerWaits(t *testing.T) {
+	t.Run("after the caller gave up", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		returned, begun := make(chan struct{}), make(chan bool, 1)
+		cancel()
+		err := boundedGated(ctx, "tx", "r", func(begin func() bool) error {
+			<-returned // the work is held up until the caller has returned
+			begun <- begin()
+			return nil
+		})
+		close(returned)
+		if !errors.Is(err, fencedlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+			t.Errorf("boundedGated with a cancelled ctx = %v; want ErrUnavailable and context.Canceled", err)
+		}
+		if <-begun {
+			t.Error("begin returned true after the caller had returned")
+		}
+	})
+	t.Run("while the caller waits", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		want := errors.New("the step's error")
+		var begun bool
+		err := boundedGated(ctx, "tx", "r", func(begin func() bool) error {
+			begun = begin()
+			return want
+		})
+		if !begun {
+			t.Error("begin returned false while the caller waited")
+		}
+		if err != want {
+			t.Errorf("boundedGated = %v; want the work's own error", err)
+		}
+	})
+}
