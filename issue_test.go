@@ -261,6 +261,22 @@ func TestAdvanceIssued(t *testing.T) {
 	})
 }
 
+// The highest token there is, 2^63-1, is issued once: the grant that has
+// it gets it again when it asks again, and a new grant is refused, since
+// no token can follow it.
+func TestIssueTokenHighest(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := newIssueEnv(t, b, "highest")
+		require.NoError(t, e.locker.AdvanceIssued(e.ctx, e.lockKey, 1<<63-2))
+		e.grant(t, "g1")
+		assert.Equal(t, fencedlock.Token(1<<63-1), e.issue(t, "g1"))
+		assert.Equal(t, fencedlock.Token(1<<63-1), e.issue(t, "g1"), "the same grant asking again")
+		e.grant(t, "g2")
+		_, err := e.locker.IssueToken(e.ctx, e.lockKey, "g2")
+		assert.ErrorIs(t, err, fencedlock.ErrCorrupt, "a new grant after the highest token")
+	})
+}
+
 // Tokens beyond 2^53 are exact: the script never formats them as Lua
 // numbers (real Redis would print 1.2345678901235e+17).
 func TestIssueTokenBeyond2p53(t *testing.T) {
@@ -291,7 +307,8 @@ func TestIssueTokenCorrupt(t *testing.T) {
 			{name: "record_list", list: "record"},
 			{name: "record_token_not_a_number", record: []any{"v", "mine", "t", "x1"}},
 			{name: "record_token_zero", record: []any{"v", "mine", "t", "0"}},
-			{name: "record_token_at_max", record: []any{"v", "mine", "t", "9223372036854775807"}},
+			{name: "record_token_above_max", record: []any{"v", "mine", "t", "9223372036854775808"}},
+			{name: "record_token_at_max_counter_below", counter: "95", record: []any{"v", "mine", "t", "9223372036854775807"}},
 			{name: "record_without_token", record: []any{"v", "mine"}},
 			{name: "record_without_value", record: []any{"t", "95"}},
 			{name: "record_of_another_grant_token_not_a_number", record: []any{"v", "other", "t", "x1"}},

@@ -19,16 +19,28 @@ local rec = redis.call('HMGET', KEYS[3], 'v', 't')
 local last
 if rec[1] or rec[2] then
   last = digits(rec[2])
-  if not rec[1] or not last or last == '0' or not less(last, '9223372036854775807') then
+  if not rec[1] or not last or last == '0' or not less(last, '9223372036854775808') then
     return redis.error_reply('FENCEDLOCK_CORRUPT grant record ' .. KEYS[3] ..
-      ' does not hold a value and a token from 1 to 2^63-2')
+      ' does not hold a value and a token from 1 to 2^63-1')
   end
   -- The counter is never below the last token issued: a counter lost
   -- since (evicted, deleted by hand) would otherwise issue it, or lower
   -- ones, again.
-  local c = read_counter(KEYS[2])
-  if type(c) == 'table' then
-    return c
+  local c
+  if rec[1] == ARGV[1] and last == '9223372036854775807' then
+    -- This grant holds the highest token there is. The counter can only
+    -- be at it, or lost; read_counter, which refuses a counter that no
+    -- grant can follow, is for grants that need a new token.
+    c = redis.pcall('GET', KEYS[2])
+    if c and c ~= last then
+      return redis.error_reply('FENCEDLOCK_CORRUPT token counter ' .. KEYS[2] ..
+        ' is not at the token 2^63-1 its grant record holds')
+    end
+  else
+    c = read_counter(KEYS[2])
+    if type(c) == 'table' then
+      return c
+    end
   end
   if not c or less(c, last) then
     -- with the record's expiry, so that it goes when the record does
