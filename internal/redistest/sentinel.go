@@ -68,7 +68,12 @@ var sentinelDebugPeriods = []any{
 // sentinelWait bounds each wait of the Sentinel helper: for the
 // Sentinels to agree at the start, for a promotion, for a rejoined server
 // to be in sync.
-const sentinelWait = 20 * time.Second
+const sentinelWait = 30 * time.Second
+
+// sentinelAsk bounds one round of questions to the Sentinels while
+// settle waits, so that one connection that stops answering costs a
+// round, not the whole wait.
+const sentinelAsk = 2 * time.Second
 
 // StartSentinel starts a master, two replicas in sync with it and three
 // Sentinels, waits until every Sentinel knows the master, both replicas
@@ -200,7 +205,7 @@ func (s *Sentinel) KillMaster(tb testing.TB) *Server {
 // WaitPromotion waits until every Sentinel names the same master other
 // than old, and that server says it is a master (INFO's role), and
 // returns it. It returns an error, with the end of each Sentinel's log,
-// when that has not happened within 20 seconds or by ctx's end.
+// when that has not happened within sentinelWait or by ctx's end.
 func (s *Sentinel) WaitPromotion(ctx context.Context, old *Server) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, sentinelWait)
 	defer cancel()
@@ -275,7 +280,7 @@ func (s *Sentinel) eachRunning(ctx context.Context, except *Server, fn func(c *r
 // Rejoin starts old, a server that KillMaster killed, again, empty, as a
 // replica of the current master, and waits until it is in sync and the
 // Sentinels see it up, so that a later failover can promote it. It fails
-// tb when that does not happen within 20 seconds.
+// tb when that does not happen within sentinelWait.
 func (s *Sentinel) Rejoin(tb testing.TB, old *Server) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelWait)
@@ -302,11 +307,16 @@ func (s *Sentinel) Rejoin(tb testing.TB, old *Server) {
 func (s *Sentinel) settle(ctx context.Context, m *Server) error {
 	last := "no answer yet"
 	for {
-		err := s.settled(ctx, m)
+		ask, cancel := context.WithTimeout(ctx, sentinelAsk)
+		err := s.settled(ask, m)
+		cancel()
 		if err == nil {
 			return nil
 		}
-		last = err.Error()
+		// Keep what the Sentinels last said, not the end of ctx.
+		if ctx.Err() == nil || last == "no answer yet" {
+			last = err.Error()
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("redistest: the Sentinels did not settle on master %s: %s: %w%s", m.Addr, last, ctx.Err(), s.logs())
