@@ -191,9 +191,9 @@
 //     [EventAcquireStart], [EventAcquireEnd], [EventReleaseStart],
 //     [EventReleaseEnd], [EventHandOver], [EventLockEnd],
 //     [EventRefreshFailed], [EventStoreWriteStart], [EventStoreWriteEnd]:
-//     what happened.
+//     what an Observer is told happened.
 //   - [Outcome], [Outcome.String] and its values [OutcomeNone],
 //     [OutcomeAcquired], [OutcomeNotAcquired], [OutcomeUnavailable],
 //     [OutcomeReleased], [OutcomeLost], [OutcomeAccepted], [OutcomeStale],
-//     [OutcomeError]: how it ended.
+//     [OutcomeError]: how the call or the lock ended.
 package fencedlock

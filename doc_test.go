@@ -76,6 +76,15 @@ func TestDocIndexListsEveryExport(t *testing.T) {
 	if !found {
 		t.Fatal("doc.go has no \"# Index\" section")
 	}
+	// Every entry is a bullet that names exports and then says, after a
+	// colon, why a user needs them.
+	for _, entry := range strings.Split(index, "//   - ")[1:] {
+		entry = strings.Join(strings.Fields(strings.ReplaceAll(entry, "//", " ")), " ")
+		_, why, ok := strings.Cut(entry, "]: ")
+		if !ok || len(strings.Fields(why)) < 3 {
+			t.Errorf("doc.go's index entry %q does not say why, after a colon, in a few words", entry)
+		}
+	}
 	listed := make(map[string]bool)
 	for _, m := range regexp.MustCompile(`\[\*?([A-Z][A-Za-z0-9]*(?:\.[A-Z][A-Za-z0-9]*)?)\]`).FindAllStringSubmatch(index, -1) {
 		listed[m[1]] = true

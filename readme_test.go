@@ -372,3 +372,55 @@ func TestKeysAreDocumented(t *testing.T) {
 
 // redisType maps the types docs/redis.md names to those TYPE returns.
 var redisType = map[string]string{"string": "string", "hash": "hash", "sorted set": "zset", "set": "set", "list": "list"}
+
+// repoLink matches a link into this repository's main branch, as Go doc
+// comments write them, with an optional heading anchor.
+var repoLink = regexp.MustCompile(`https://github\.com/fencedlock/fencedlock/blob/main/([A-Za-z0-9_./-]+[A-Za-z0-9_/-])(#[a-z0-9-]+)?`)
+
+// TestGoDocLinksResolve checks the links that the Go files of the module
+// and its nested modules make into the repository: each names a file that
+// exists, and a heading of it when it has an anchor.
+func TestGoDocLinksResolve(t *testing.T) {
+	links := 0
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range repoLink.FindAllStringSubmatch(string(src), -1) {
+			links++
+			target := filepath.FromSlash(m[1])
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s: link to %s: %v", path, m[1], err)
+				continue
+			}
+			if m[2] == "" {
+				continue
+			}
+			linked, err := os.ReadFile(target)
+			if err != nil {
+				return err
+			}
+			if !headingAnchors(string(linked))[m[2][1:]] {
+				t.Errorf("%s: link %s%s: no heading with that anchor", path, m[1], m[2])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if links == 0 {
+		t.Fatal("found no links into the repository: the pattern is broken")
+	}
+	t.Logf("%d links checked", links)
+}
