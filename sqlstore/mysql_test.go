@@ -60,20 +60,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 	rollback := errors.New("rolled back by fn")
 	for round := 0; round < 5; round++ {
 		r := "new-" + strconv.Itoa(round)
-		holding, release := make(chan struct{}), make(chan struct{})
-		held := make(chan error, 1)
-		go func() {
-			held <- e.s.Tx(e.ctx, r, 5, func(*sql.Tx) error {
-				close(holding)
-				<-release
-				return rollback
-			})
-		}()
-		select {
-		case <-holding:
-		case err := <-held:
-			t.Fatalf("Tx(%q, 5) = %v without holding the lock", r, err)
-		}
+		free, held := e.holdFence(t, r, 5, rollback)
 		waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
 		// Two Puts and two Tx calls wait for the holder's lock.
 		type result struct {
@@ -98,7 +85,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 			}()
 		}
 		waitLockWaits(t, e.backend, waits, 4)
-		close(release)
+		free()
 		if err := <-held; !errors.Is(err, rollback) {
 			t.Fatalf("Tx(%q, 5) = %v; want fn's error", r, err)
 		}
@@ -135,20 +122,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 func TestMySQLDeadlockVictimReturnsFnError(t *testing.T) {
 	e := newTxEnv(t, mysqlBackend(t))
 	before := innodbStatus(t, e.backend, "Innodb_deadlocks")
-	holding, release := make(chan struct{}), make(chan struct{})
-	held := make(chan error, 1)
-	go func() {
-		held <- e.s.Tx(e.ctx, "new", 5, func(*sql.Tx) error {
-			close(holding)
-			<-release
-			return errors.New("rolled back by fn")
-		})
-	}()
-	select {
-	case <-holding:
-	case err := <-held:
-		t.Fatalf("Tx(5) = %v without holding the lock", err)
-	}
+	free, held := e.holdFence(t, "new", 5, errors.New("rolled back by fn"))
 	waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
 	type result struct {
 		fnErr, err error
@@ -168,7 +142,7 @@ func TestMySQLDeadlockVictimReturnsFnError(t *testing.T) {
 		}()
 	}
 	waitLockWaits(t, e.backend, waits, 4)
-	close(release)
+	free()
 	<-held
 	for i := 0; i < 4; i++ {
 		r := <-results
@@ -311,20 +285,7 @@ func TestMySQLNewChecksTable(t *testing.T) {
 func TestMySQLKilledConnection(t *testing.T) {
 	e := newTxEnv(t, mysqlBackend(t))
 	e.mustTx("r", 5, "five")
-	holding, release := make(chan struct{}), make(chan struct{})
-	held := make(chan error, 1)
-	go func() {
-		held <- e.s.Tx(e.ctx, "r", 6, func(*sql.Tx) error {
-			close(holding)
-			<-release
-			return nil
-		})
-	}()
-	select {
-	case <-holding:
-	case err := <-held:
-		t.Fatalf("Tx(6) = %v without holding the lock", err)
-	}
+	free, held := e.holdFence(t, "r", 6, nil)
 	waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
 	put := make(chan error, 1)
 	go func() { put <- e.s.Put(e.ctx, "r", 7, []byte("seven")) }()
@@ -345,7 +306,7 @@ func TestMySQLKilledConnection(t *testing.T) {
 	case !errors.As(err, &myErr) && !errors.Is(err, mysql.ErrInvalidConn):
 		t.Errorf("Put whose connection was killed = %v; want the server's error or mysql.ErrInvalidConn", err)
 	}
-	close(release)
+	free()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}

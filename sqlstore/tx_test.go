@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,6 +86,30 @@ func (e *txEnv) txFailingCommit(resource string, token fencedlock.Token, note st
 		_, err := tx.ExecContext(e.ctx, e.sql(`INSERT INTO `+child+` (parent_id) VALUES ($1)`), 42)
 		return err
 	})
+}
+
+// holdFence starts a Tx on resource with token whose fn waits, and
+// returns once that Tx holds the fence's lock (failing t if it returned
+// without running fn). free lets fn return fnErr; it may be called more
+// than once, from any goroutine. done then gives the holding Tx's error.
+func (e *txEnv) holdFence(t *testing.T, resource string, token fencedlock.Token, fnErr error) (free func(), done <-chan error) {
+	t.Helper()
+	holding, release := make(chan struct{}), make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- e.s.Tx(e.ctx, resource, token, func(*sql.Tx) error {
+			close(holding)
+			<-release
+			return fnErr
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-result:
+		t.Fatalf("Tx(%q, %d) = %v without running fn; want it to hold the lock", resource, token, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(release) }) }, result
 }
 
 // notes returns the notes of resource's committed items, in insertion
@@ -345,20 +370,7 @@ func TestTxContext(t *testing.T) {
 		// busy handler does not watch the context, so there the wait ends
 		// at the busy timeout: PostgreSQL and MySQL only.
 		deadline := func(t *testing.T) {
-			holding, release := make(chan struct{}), make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				done <- e.s.Tx(e.ctx, "r", 5, func(*sql.Tx) error {
-					close(holding)
-					<-release
-					return nil
-				})
-			}()
-			select {
-			case <-holding:
-			case err := <-done:
-				t.Fatalf("Tx(5) = %v without running fn; want it to hold the lock", err)
-			}
+			free, done := e.holdFence(t, "r", 5, nil)
 			ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
 			defer cancel()
 			err := e.s.Tx(ctx, "r", 8, func(*sql.Tx) error {
@@ -369,7 +381,7 @@ func TestTxContext(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Tx whose deadline passed waiting for the lock = %v; want a deadline error", err)
 			}
-			close(release)
+			free()
 			if err := <-done; err != nil {
 				t.Errorf("the Tx holding the lock = %v", err)
 			}
@@ -721,24 +733,11 @@ func TestPostgresRepeatableRead(t *testing.T) {
 	}
 	for _, c := range calls {
 		c := c
-		holding, release := make(chan struct{}), make(chan struct{})
-		txDone := make(chan error, 1)
-		go func() {
-			txDone <- e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
-				close(holding)
-				<-release
-				return nil
-			})
-		}()
-		select {
-		case <-holding:
-		case err := <-txDone:
-			t.Fatalf("Tx(10) = %v without holding the lock", err)
-		}
+		free, txDone := e.holdFence(t, "r", 10, nil)
 		done := make(chan error, 1)
 		go func() { done <- c.call() }()
 		time.Sleep(100 * time.Millisecond)
-		close(release)
+		free()
 		if err := <-txDone; err != nil {
 			t.Fatalf("Tx(10) = %v", err)
 		}
@@ -785,22 +784,9 @@ func TestTxDoesNotHoldUpOtherResources(t *testing.T) {
 						e.mustTx(r, 5, "five")
 					}
 				}
-				holding, release := make(chan struct{}), make(chan struct{})
-				held := make(chan error, 1)
-				go func() {
-					held <- e.s.Tx(e.ctx, "m", 6, func(*sql.Tx) error {
-						close(holding)
-						<-release
-						return nil
-					})
-				}()
-				select {
-				case <-holding:
-				case err := <-held:
-					t.Fatalf("Tx(m) = %v without holding the lock", err)
-				}
+				free, held := e.holdFence(t, "m", 6, nil)
 				defer func() {
-					close(release)
+					free()
 					if err := <-held; err != nil {
 						t.Errorf("Tx(m) = %v", err)
 					}
@@ -829,21 +815,12 @@ func TestTxGivingUpNeverRunsFnLate(t *testing.T) {
 		var late atomic.Int32
 		for i := 0; i < txLateRounds; i++ {
 			r := fmt.Sprintf("r%d", i)
-			holding, release := make(chan struct{}), make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				done <- e.s.Tx(e.ctx, r, 5, func(*sql.Tx) error {
-					close(holding)
-					<-release
-					return nil
-				})
-			}()
-			<-holding
+			free, done := e.holdFence(t, r, 5, nil)
 			// The lock comes free around the moment the Tx gives up:
 			// from 2 ms before its deadline to 2 ms after.
 			timeout := 20 * time.Millisecond
 			ctx, cancel := context.WithTimeout(e.ctx, timeout)
-			freed := time.AfterFunc(timeout+time.Duration(i%5-2)*time.Millisecond, func() { close(release) })
+			freed := time.AfterFunc(timeout+time.Duration(i%5-2)*time.Millisecond, free)
 			err := e.s.Tx(ctx, r, 8, func(*sql.Tx) error {
 				if ctx.Err() != nil {
 					late.Add(1)
@@ -851,9 +828,8 @@ func TestTxGivingUpNeverRunsFnLate(t *testing.T) {
 				return nil
 			})
 			cancel()
-			if freed.Stop() {
-				close(release)
-			}
+			freed.Stop()
+			free()
 			_ = err // nil when the lock came free before the deadline
 			if err := <-done; err != nil {
 				t.Fatalf("the Tx holding the lock = %v", err)
