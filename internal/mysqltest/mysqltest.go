@@ -37,7 +37,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,9 +53,7 @@ type Server struct {
 	User string // "root"
 	Dir  string // the temporary directory: data/, tmp/, the socket, error.log
 
-	mu   sync.Mutex // protects cmd and done
-	cmd  *exec.Cmd
-	done <-chan struct{} // closed when cmd has exited
+	proc servertest.Process
 }
 
 // Binaries are the MariaDB programs a Server needs.
@@ -242,14 +239,7 @@ func (s *Server) launch(bin string) error {
 	cmd := s.command(bin, args...)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	done, err := servertest.Launch(cmd, s.ready, 10*time.Millisecond, 60*time.Second, s.logTail)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	return nil
+	return s.proc.Launch(cmd, s.ready, 10*time.Millisecond, 60*time.Second, s.logTail)
 }
 
 // ready reports whether the server greets a client on its port: it
@@ -305,22 +295,7 @@ func tail(b []byte) string {
 // rolled back, and with --innodb-fast-shutdown=2 nothing is flushed), and
 // kills it when it has not exited within ten seconds. Its directory is
 // left; Close removes it.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
+func (s *Server) Stop() { s.proc.Stop(syscall.SIGTERM) }
 
 // Close stops the server and removes its directory.
 func (s *Server) Close() {

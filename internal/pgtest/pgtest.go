@@ -41,7 +41,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,9 +57,7 @@ type Server struct {
 	User string // the superuser: "postgres"
 	Dir  string // the temporary directory: data/, sock/, postgres.log
 
-	mu   sync.Mutex // protects cmd and done
-	cmd  *exec.Cmd
-	done <-chan struct{} // closed when cmd has exited
+	proc servertest.Process
 }
 
 // Binaries are the PostgreSQL programs a Server needs.
@@ -309,14 +306,7 @@ func (s *Server) launch(bin string, o *owner) error {
 	)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	done, err := servertest.Launch(cmd, s.ready, 10*time.Millisecond, 30*time.Second, s.logTail)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	return nil
+	return s.proc.Launch(cmd, s.ready, 10*time.Millisecond, 30*time.Second, s.logTail)
 }
 
 // ready reports whether the postmaster says it accepts connections (the
@@ -378,22 +368,7 @@ func tail(b []byte) string {
 // Stop stops the server with a fast shutdown (SIGINT: sessions are ended,
 // transactions rolled back), and kills it when it has not exited within
 // ten seconds. Its directory is left; Close removes it.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
+func (s *Server) Stop() { s.proc.Stop(syscall.SIGINT) }
 
 // Close stops the server and removes its directory.
 func (s *Server) Close() {

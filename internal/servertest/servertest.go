@@ -140,6 +140,46 @@ func Launch(cmd *exec.Cmd, ready func() bool, poll, timeout time.Duration, logTa
 	return nil, fmt.Errorf("%s was not ready within %v: %s", name, timeout, logTail())
 }
 
+// A Process is the running process of a helper's server: Launch starts
+// it and Stop ends it. Its methods are safe for concurrent use.
+type Process struct {
+	mu   sync.Mutex // protects cmd and done
+	cmd  *exec.Cmd
+	done <-chan struct{} // closed when cmd has exited
+}
+
+// Launch starts cmd as the process, as the function Launch does.
+func (p *Process) Launch(cmd *exec.Cmd, ready func() bool, poll, timeout time.Duration, logTail func() string) error {
+	done, err := Launch(cmd, ready, poll, timeout, logTail)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// Stop sends sig to the process and waits for it to exit, killing it when
+// it has not exited within ten seconds. A process not running is left
+// alone.
+func (p *Process) Stop(sig os.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.cmd, p.done = nil, nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
 // A Recorder is a testing.TB that records a skip or a failure instead of
 // acting on it, for testing helpers that skip or fail the tests calling
 // them. Its other methods are the embedded TB's.
