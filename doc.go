@@ -21,13 +21,20 @@
 // with a heartbeat while a function runs, and releases it.
 //
 // The holder passes [Lock.Token] with every write to a [Store]. The store
-// compares it with the token stored next to the resource's value, in the
-// same atomic step as the write: a token equal to or higher than the
-// stored one passes and is stored with the new value (equal passes because
-// one holder writes many times); a lower one is refused with a
-// [*StaleTokenError] and nothing changes. [CheckToken] is that rule;
-// [MemoryStore] and [RedisStore] apply it, and so must any other Store.
-// Example (StaleWriteRefused) shows a late write refused.
+// remembers the highest token it has seen for the resource, its fence,
+// and compares the token with it in the same atomic step as the write: a
+// token equal to or higher than the fence passes, is stored with the new
+// value and becomes the fence (equal passes because one holder writes
+// many times); a lower one is refused with a [*StaleTokenError] and
+// nothing changes. [CheckToken] is that rule; [MemoryStore] and
+// [RedisStore] apply it, and so must any other Store. Example
+// (StaleWriteRefused) shows a late write refused.
+//
+// A holder that reads before it writes raises the fence first
+// ([Store.Fence]), or lets [Update] fence, read and write with one token.
+// Otherwise a stale holder's write can land between its read and its
+// write, be accepted, and then be overwritten by what it writes: an
+// acknowledged write lost. Update's example shows that interleaving.
 //
 // # When a write is refused
 //
@@ -63,7 +70,7 @@
 //	Redis answered: the lock is gone or taken,
 //	or the lease ran out by the local clock     ErrLockLost          stop working; acquire again
 //	this Lock was released by Release           ErrReleased          nothing: you released it
-//	a store refused a lower token               ErrStaleToken        acquire again, re-read, retry (HTTP 409)
+//	a store refused a lower token (Put, Fence)  ErrStaleToken        acquire again, re-read, retry (HTTP 409)
 //	replicas did not confirm the grant          ErrNotReplicated     retry later
 //	bad input; nothing was sent                 ErrInvalidArgument,  fix the call
 //	                                            ErrInvalidToken
@@ -149,10 +156,14 @@
 //     for headers, JSON and databases.
 //   - [Store], [CheckToken]: the contract of fenced storage, and its rule
 //     for a Store of your own.
-//   - [MemoryStore], [NewMemoryStore], [MemoryStore.Put], [MemoryStore.Get]:
-//     a Store in the process, for tests and single-process use.
+//   - [Update]: read, change and write back a value with one token, fenced
+//     from the read on, so that no stale write lands in between.
+//   - [MemoryStore], [NewMemoryStore], [MemoryStore.Put], [MemoryStore.Get],
+//     [MemoryStore.Fence]: a Store in the process, for tests and
+//     single-process use.
 //   - [RedisStore], [NewRedisStore], [RedisStore.Put], [RedisStore.Get],
-//     [StoreOption], [WithStorePrefix]: a Store in Redis, beside the locks.
+//     [RedisStore.Fence], [StoreOption], [WithStorePrefix]: a Store in
+//     Redis, beside the locks.
 //
 // Locks of other libraries (redsync, redislock, SET NX PX):
 //
@@ -185,13 +196,14 @@
 //
 //   - [WithLogger]: log what no caller hears of, through log/slog.
 //   - [WithObserver], [ObserveStore], [Observer], [ObserverFunc],
-//     [ObserverFunc.Observe]: report acquires, releases, losses and store
-//     writes, for metrics and traces (module fencedotel).
+//     [ObserverFunc.Observe]: report acquires, releases, losses, store
+//     writes and fences, for metrics and traces (module fencedotel).
 //   - [Event], [EventKind], [EventKind.String] and its kinds
 //     [EventAcquireStart], [EventAcquireEnd], [EventReleaseStart],
 //     [EventReleaseEnd], [EventHandOver], [EventLockEnd],
-//     [EventRefreshFailed], [EventStoreWriteStart], [EventStoreWriteEnd]:
-//     what an Observer is told happened.
+//     [EventRefreshFailed], [EventStoreWriteStart], [EventStoreWriteEnd],
+//     [EventStoreFenceStart], [EventStoreFenceEnd]: what an Observer is
+//     told happened.
 //   - [Outcome], [Outcome.String] and its values [OutcomeNone],
 //     [OutcomeAcquired], [OutcomeNotAcquired], [OutcomeUnavailable],
 //     [OutcomeReleased], [OutcomeLost], [OutcomeAccepted], [OutcomeStale],

@@ -15,7 +15,8 @@ import (
 // Observe is called synchronously, on the goroutine that does the work,
 // so it must be quick and must not block; it must not call the Locker or
 // the Lock that the event is about. For an event that starts an
-// operation (EventAcquireStart, EventReleaseStart, EventStoreWriteStart)
+// operation (EventAcquireStart, EventReleaseStart, EventStoreWriteStart,
+// EventStoreFenceStart)
 // the ctx it returns is the one the operation goes on with, and the one
 // its end event gets: a tracer returns ctx with its span, so that the
 // Redis commands the operation sends are children of that span. For any
@@ -77,6 +78,13 @@ const (
 	// EventStoreWriteEnd: the write returns. Resource, Token, Outcome
 	// (OutcomeAccepted, OutcomeStale or OutcomeError), Duration, Err.
 	EventStoreWriteEnd
+	// EventStoreFenceStart: a Fence of a Store that ObserveStore wraps
+	// begins, or the fenced read of Update. Resource, Token.
+	EventStoreFenceStart
+	// EventStoreFenceEnd: the Fence returns. Resource, Token, Outcome
+	// (OutcomeAccepted when the fence is at the token, OutcomeStale or
+	// OutcomeError), Duration, Err.
+	EventStoreFenceEnd
 )
 
 var eventKindNames = [...]string{
@@ -89,6 +97,8 @@ var eventKindNames = [...]string{
 	EventHandOver:        "hand_over",
 	EventStoreWriteStart: "store_write_start",
 	EventStoreWriteEnd:   "store_write_end",
+	EventStoreFenceStart: "store_fence_start",
+	EventStoreFenceEnd:   "store_fence_end",
 }
 
 // String returns the kind's name in snake case, e.g. "acquire_end".
@@ -286,9 +296,11 @@ func (k *Lock) reportEnd(err error) {
 }
 
 // ObserveStore returns a Store that passes every call to s and reports
-// each Put to o: EventStoreWriteStart, then EventStoreWriteEnd with its
-// outcome. Values, tokens and errors pass through unchanged; o never sees
-// a value. With a nil o it returns s.
+// each Put to o (EventStoreWriteStart, then EventStoreWriteEnd with its
+// outcome) and each Fence, Update's fenced read included
+// (EventStoreFenceStart, then EventStoreFenceEnd). Values, tokens and
+// errors pass through unchanged; o never sees a value. With a nil o it
+// returns s.
 //
 // The Store returned has only the methods of the Store interface: call
 // other methods of s on s itself.
@@ -304,17 +316,41 @@ type observedStore struct {
 	o Observer
 }
 
-func (s *observedStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
-	octx := s.o.Observe(ctx, Event{Kind: EventStoreWriteStart, Resource: resource, Token: token})
-	if octx == nil {
-		octx = ctx
+// start reports the start of an operation and returns the ctx it goes on
+// with.
+func (s *observedStore) start(ctx context.Context, e Event) context.Context {
+	if octx := s.o.Observe(ctx, e); octx != nil {
+		return octx
 	}
+	return ctx
+}
+
+func (s *observedStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
+	ctx = s.start(ctx, Event{Kind: EventStoreWriteStart, Resource: resource, Token: token})
 	start := time.Now()
-	err := s.s.Put(octx, resource, token, value)
-	s.o.Observe(octx, Event{Kind: EventStoreWriteEnd, Resource: resource, Token: token, Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
+	err := s.s.Put(ctx, resource, token, value)
+	s.o.Observe(ctx, Event{Kind: EventStoreWriteEnd, Resource: resource, Token: token, Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
 	return err
 }
 
 func (s *observedStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
 	return s.s.Get(ctx, resource)
+}
+
+func (s *observedStore) Fence(ctx context.Context, resource string, token Token) error {
+	_, _, err := s.fence(ctx, resource, token, false)
+	return err
+}
+
+// fence reports a Fence, or the fenced read of Update, as one fence.
+func (s *observedStore) fence(ctx context.Context, resource string, token Token, read bool) (value []byte, found bool, err error) {
+	ctx = s.start(ctx, Event{Kind: EventStoreFenceStart, Resource: resource, Token: token})
+	start := time.Now()
+	if read {
+		value, found, err = fencedRead(ctx, s.s, resource, token)
+	} else {
+		err = s.s.Fence(ctx, resource, token)
+	}
+	s.o.Observe(ctx, Event{Kind: EventStoreFenceEnd, Resource: resource, Token: token, Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
+	return value, found, err
 }

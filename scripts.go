@@ -32,8 +32,12 @@ var (
 	refreshLua string
 	//go:embed lua/pttl.lua
 	pttlLua string
+	//go:embed lua/stored.lua
+	storedLua string
 	//go:embed lua/put.lua
 	putLua string
+	//go:embed lua/fence.lua
+	fenceLua string
 	//go:embed lua/issue.lua
 	issueLua string
 	//go:embed lua/inspect.lua
@@ -58,7 +62,8 @@ var (
 	releaseScript = newScript(releaseFreeLua + idleLua + counterLua + queueLua + releaseLua)
 	refreshScript = newScript(idleLua + ownerLua + refreshLua)
 	pttlScript    = newScript(ownerLua + pttlLua)
-	putScript     = newScript(putLua)
+	putScript     = newScript(storedLua + putLua)
+	fenceScript   = newScript(storedLua + fenceLua)
 	issueScript   = newScript(idleLua + counterLua + issueLua)
 	inspectScript = newScript(inspectLua)
 )

@@ -11,16 +11,18 @@ import (
 )
 
 // Store is a resource protected by fencing tokens. Every write carries the
-// writer's token and the store applies the rule of CheckToken to it,
-// atomically with the write.
+// writer's token, and so does a holder's read before a write (Fence): the
+// store remembers the highest token it has seen for each resource, its
+// fence, and applies the rule of CheckToken to every Put and Fence
+// against it, atomically with the write.
 //
 // Implementations must be safe for concurrent use, and pass the
 // conformance suite in package fencetest.
 type Store interface {
 	// Put stores value for resource if token is greater than or equal to
-	// the token stored with the resource's current value, and stores token
-	// next to it in the same atomic step. A lower token returns a
-	// *StaleTokenError and changes nothing; so do a zero token (an error
+	// the resource's fence, and raises the fence to token, in the same
+	// atomic step. A lower token returns a *StaleTokenError whose Current
+	// is the fence, and changes nothing; so do a zero token (an error
 	// wrapping ErrInvalidToken) and an empty resource or one longer than
 	// MaxResourceLen (ErrInvalidArgument).
 	//
@@ -35,8 +37,19 @@ type Store interface {
 	Put(ctx context.Context, resource string, token Token, value []byte) error
 
 	// Get returns resource's value and the token that wrote it, or an
-	// error wrapping ErrNotFound when nothing was written.
+	// error wrapping ErrNotFound when nothing was written (a resource that
+	// was only fenced included). The token is the writer's, not the fence.
 	Get(ctx context.Context, resource string) (value []byte, token Token, err error)
+
+	// Fence raises resource's fence to token, as a Put with token would,
+	// without writing a value: from then on every Put and Fence with a
+	// lower token is refused with a *StaleTokenError whose Current is the
+	// fence. An equal token passes; a lower one is refused the same way,
+	// and the fence never goes down. A holder calls it before it reads
+	// what it will write back, so that no stale holder's write can land
+	// between its read and its write (Update does both). Its errors, and
+	// the state after them, are those of Put.
+	Fence(ctx context.Context, resource string, token Token) error
 }
 
 // MemoryStore is a Store in process memory, for tests and single-process
@@ -48,9 +61,13 @@ type MemoryStore struct {
 	data map[string]memoryEntry // guarded by mu
 }
 
+// memoryEntry is a resource of a MemoryStore: its fence, and the value
+// and token of its last accepted Put, if any.
 type memoryEntry struct {
-	value []byte
-	token Token
+	value   []byte
+	token   Token
+	fence   Token // at or above token
+	written bool  // a Put was accepted
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -73,11 +90,46 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 	if s.data == nil {
 		s.data = make(map[string]memoryEntry)
 	}
-	if err := CheckToken(resource, token, s.data[resource].token); err != nil {
+	if err := CheckToken(resource, token, s.data[resource].fence); err != nil {
 		return err
 	}
-	s.data[resource] = memoryEntry{value: append([]byte{}, value...), token: token}
+	s.data[resource] = memoryEntry{value: append([]byte{}, value...), token: token, fence: token, written: true}
 	return nil
+}
+
+// Fence implements Store. With a ctx already done it returns ctx.Err()
+// and changes nothing.
+func (s *MemoryStore) Fence(ctx context.Context, resource string, token Token) error {
+	_, _, err := s.fence(ctx, resource, token, false)
+	return err
+}
+
+// fence is Fence, and with read the fenced read of Update: it returns
+// the value and whether one was written, as Fence left them.
+func (s *MemoryStore) fence(ctx context.Context, resource string, token Token, read bool) ([]byte, bool, error) {
+	if err := checkName(resource); err != nil {
+		return nil, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.data == nil {
+		s.data = make(map[string]memoryEntry)
+	}
+	e := s.data[resource]
+	if err := CheckToken(resource, token, e.fence); err != nil {
+		return nil, false, err
+	}
+	if token > e.fence {
+		e.fence = token
+		s.data[resource] = e
+	}
+	if !read || !e.written {
+		return nil, false, nil
+	}
+	return append([]byte{}, e.value...), true, nil
 }
 
 // Get implements Store. It returns a copy of the value. With a ctx already
@@ -90,17 +142,19 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 		return nil, 0, err
 	}
 	s.mu.Lock()
-	e, ok := s.data[resource]
+	e := s.data[resource]
 	s.mu.Unlock()
-	if !ok {
+	if !e.written {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, names.Quote(resource))
 	}
 	return append([]byte{}, e.value...), e.token, nil
 }
 
-// RedisStore is a Store that keeps each resource's value and token in one
-// Redis hash, "<prefix>:{<resource>}:value", in the same hash slot as the
-// resource's lock keys when the prefixes match. Put is one round trip.
+// RedisStore is a Store that keeps each resource's value, the token that
+// wrote it and its fence in one Redis hash, "<prefix>:{<resource>}:value",
+// in the same hash slot as the resource's lock keys when the prefixes
+// match. Put, Get and Fence are one round trip each, and so is the fenced
+// read of Update.
 //
 // Make a RedisStore with NewRedisStore. The zero RedisStore has no
 // client: its methods return errors wrapping ErrInvalidArgument.
@@ -140,7 +194,21 @@ func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStor
 	return s
 }
 
-func (s *RedisStore) check(resource string) error {
+// check returns the error of a call with resource and, unless it is zero
+// (a Get), token; nil when they can be sent.
+func (s *RedisStore) check(resource string, token Token) error {
+	if err := s.ready(resource); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: token 0 for resource %s: tokens start at 1", ErrInvalidToken, names.Quote(resource))
+	}
+	return nil
+}
+
+// ready returns the error of a call with resource, or nil when it can be
+// sent.
+func (s *RedisStore) ready(resource string) error {
 	if s == nil {
 		return invalidArg("nil RedisStore")
 	}
@@ -157,11 +225,8 @@ func (s *RedisStore) check(resource string) error {
 // 2^64-1; the zero token is refused with an error wrapping
 // ErrInvalidToken.
 func (s *RedisStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
-	if err := s.check(resource); err != nil {
+	if err := s.check(resource, token); err != nil {
 		return err
-	}
-	if token == 0 {
-		return fmt.Errorf("%w: token 0 for resource %s: tokens start at 1", ErrInvalidToken, names.Quote(resource))
 	}
 	key := keyFor(s.prefix, resource, "value")
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
@@ -170,29 +235,85 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 	if err != nil {
 		return redisErr(ctx, "put", resource, err, key)
 	}
-	if len(res) == 1 {
-		if n, _ := res[0].(int64); n == 1 {
-			return nil
-		}
+	return fenceReply("put", resource, token, res)
+}
+
+// Fence implements Store in one round trip, with the same token range
+// as Put.
+func (s *RedisStore) Fence(ctx context.Context, resource string, token Token) error {
+	_, _, err := s.fence(ctx, resource, token, false)
+	return err
+}
+
+// fence is Fence, and with read the fenced read of Update, in one round
+// trip: it returns the value and whether one was written, as Fence left
+// them.
+func (s *RedisStore) fence(ctx context.Context, resource string, token Token, read bool) ([]byte, bool, error) {
+	if err := s.check(resource, token); err != nil {
+		return nil, false, err
 	}
-	if len(res) != 2 {
-		return fmt.Errorf("fencedlock: put %s: unexpected reply %v", names.Quote(resource), res)
+	key := keyFor(s.prefix, resource, "value")
+	var readArg any = ""
+	if read {
+		readArg = "read"
 	}
-	s2, _ := res[1].(string)
-	current, err := ParseToken(s2)
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return fenceScript.run(ctx, s.client, boxKeys(key), token.String(), readArg).Slice()
+	})
 	if err != nil {
-		return fmt.Errorf("fencedlock: put %s: stored token: %w", names.Quote(resource), err)
+		return nil, false, redisErr(ctx, "fence", resource, err, key)
 	}
-	// The script applied the rule; CheckToken builds the error it gives.
-	if err := CheckToken(resource, token, current); err != nil {
-		return err
+	if !read || len(res) != 3 {
+		return nil, false, fenceReply("fence", resource, token, res)
 	}
-	return fmt.Errorf("fencedlock: put %s: script refused token %d against stored %d", names.Quote(resource), token, current)
+	if status, _ := res[0].(int64); status != statusStored {
+		return nil, false, fmt.Errorf("fencedlock: fence %s: unexpected reply %v", names.Quote(resource), res)
+	}
+	ts, ok := res[1].(string)
+	if !ok {
+		return nil, false, nil
+	}
+	if _, err := storedToken(resource, key, ts); err != nil {
+		return nil, false, err
+	}
+	v, _ := res[2].(string)
+	return []byte(v), true, nil
+}
+
+// Status values of the replies of put.lua and fence.lua.
+const (
+	statusStored = 1 // put.lua: stored; fence.lua: the fence is at the token
+	statusStale  = 0 // the token is below the fence, which follows
+)
+
+// fenceReply turns the reply of put.lua or fence.lua (for op) into nil
+// when the token passed, or the *StaleTokenError of CheckToken.
+func fenceReply(op, resource string, token Token, res []any) error {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case len(res) == 1 && status == statusStored:
+		return nil
+	case len(res) == 2 && status == statusStale:
+		s2, _ := res[1].(string)
+		current, err := ParseToken(s2)
+		if err != nil {
+			return fmt.Errorf("fencedlock: %s %s: stored token: %w", op, names.Quote(resource), err)
+		}
+		// The script applied the rule; CheckToken builds the error it gives.
+		if err := CheckToken(resource, token, current); err != nil {
+			return err
+		}
+		return fmt.Errorf("fencedlock: %s %s: script refused token %d against fence %d", op, names.Quote(resource), token, current)
+	}
+	return fmt.Errorf("fencedlock: %s %s: unexpected reply %v", op, names.Quote(resource), res)
 }
 
 // Get implements Store in one round trip.
 func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
-	if err := s.check(resource); err != nil {
+	if err := s.ready(resource); err != nil {
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
@@ -206,10 +327,20 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, names.Quote(resource))
 	}
-	token, err := ParseToken(ts)
-	if err != nil || ts != token.String() {
-		return nil, 0, fmt.Errorf("%w: get %s: key %s holds token %q", ErrCorrupt, names.Quote(resource), names.Quote(key), ts)
+	token, err := storedToken(resource, key, ts)
+	if err != nil {
+		return nil, 0, err
 	}
 	v, _ := res[1].(string)
 	return []byte(v), token, nil
+}
+
+// storedToken parses the token field of resource's value key: ErrCorrupt
+// unless it is canonical, as the store writes it.
+func storedToken(resource, key, ts string) (Token, error) {
+	token, err := ParseToken(ts)
+	if err != nil || ts != token.String() {
+		return 0, fmt.Errorf("%w: get %s: key %s holds token %q", ErrCorrupt, names.Quote(resource), names.Quote(key), ts)
+	}
+	return token, nil
 }

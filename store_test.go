@@ -406,6 +406,9 @@ func (s *unfencedStore) Put(_ context.Context, resource string, token fencedlock
 	return nil
 }
 
+// Fence accepts every token and fences nothing.
+func (s *unfencedStore) Fence(context.Context, string, fencedlock.Token) error { return nil }
+
 func (s *unfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -479,3 +479,8 @@ func (s *brokenStore) Get(ctx context.Context, resource string) ([]byte, fencedl
 	}
 	return append([]byte{}, e.value...), e.token, nil
 }
+
+// Fence is not checked yet.
+func (s *brokenStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	return errors.New("brokenStore: Fence is not checked yet")
+}

@@ -259,3 +259,8 @@ func (s *fuzzBroken) Get(ctx context.Context, resource string) ([]byte, fencedlo
 	}
 	return append([]byte{}, e.value...), e.token, nil
 }
+
+// Fence is not fuzzed yet.
+func (s *fuzzBroken) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	return errors.New("fuzzBroken: Fence is not fuzzed")
+}

@@ -219,6 +219,10 @@ func (s *flakyStore) Put(ctx context.Context, resource string, token fencedlock.
 	return s.inner.Put(ctx, resource, token, value)
 }
 
+func (s *flakyStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	return s.inner.Fence(ctx, resource, token)
+}
+
 func (s *flakyStore) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	if s.failGet {
 		return nil, 0, errFlaky

@@ -80,6 +80,13 @@ func (l *ledger) Get(ctx context.Context, resource string) ([]byte, fencedlock.T
 	return l.inner.Get(ctx, resource)
 }
 
+// Fence is not recorded yet.
+func (l *ledger) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inner.Fence(ctx, resource, token)
+}
+
 func (l *ledger) snapshot() []ledgerEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -108,6 +115,9 @@ func (s *unfencedStore) Put(_ context.Context, resource string, token fencedlock
 	s.data[resource] = unfencedEntry{value: append([]byte(nil), value...), token: token}
 	return nil
 }
+
+// Fence fences nothing: the negative control has no fence.
+func (s *unfencedStore) Fence(context.Context, string, fencedlock.Token) error { return nil }
 
 func (s *unfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	s.mu.Lock()
@@ -258,4 +268,9 @@ func (s *httpStore) Get(ctx context.Context, resource string) ([]byte, fencedloc
 		return nil, 0, err
 	}
 	return value, token, nil
+}
+
+// Fence is not served yet.
+func (s *httpStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	return errors.New("httpStore: Fence is not served yet")
 }

@@ -155,7 +155,7 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 			}
 		}
 	}
-	if f, err := s.Fence(ctx, r); err != nil || f != max {
+	if f, err := s.CurrentFence(ctx, r); err != nil || f != max {
 		t.Errorf("Fence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
 	}
 	if putEvery > 0 {

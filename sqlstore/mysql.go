@@ -170,23 +170,24 @@ func victimErr(err error, attempts int) error {
 	return fmt.Errorf("%w (a deadlock victim %d times in a row)", err, attempts)
 }
 
-// putMySQL is Put's database work in MySQL: the upsert and the locking
+// upsertMySQL is the database work of Put (op "put") and Fence ("fence")
+// in MySQL: stmt, the upsert of put or raise with args, and the locking
 // read of the fence it left, in a transaction, made again when InnoDB
 // ends it as a deadlock victim. It returns the fence, or an error of
 // dbErr.
-func (s *Store) putMySQL(ctx context.Context, resource string, token int64, value []byte) (int64, error) {
+func (s *Store) upsertMySQL(ctx context.Context, op, resource, stmt string, args []any) (int64, error) {
 	for attempt := 1; ; attempt++ {
-		fence, err := s.putMySQLOnce(ctx, resource, token, value)
+		fence, err := s.upsertMySQLOnce(ctx, op, resource, stmt, args)
 		if err == nil || !s.again(ctx, err, attempt) {
 			return fence, victimErr(err, attempt)
 		}
 	}
 }
 
-func (s *Store) putMySQLOnce(ctx context.Context, resource string, token int64, value []byte) (fence int64, err error) {
+func (s *Store) upsertMySQLOnce(ctx context.Context, op, resource, stmt string, args []any) (fence int64, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, dbErr(ctx, "put", resource, "begin: ", err)
+		return 0, dbErr(ctx, op, resource, "begin: ", err)
 	}
 	done := false // Commit was called, which ends tx whatever it returns
 	defer func() {
@@ -197,15 +198,15 @@ func (s *Store) putMySQLOnce(ctx context.Context, resource string, token int64, 
 			tx.Rollback()
 		}
 	}()
-	if _, err := tx.ExecContext(ctx, s.q.put, s.q.putArgs(resource, token, value)...); err != nil {
-		return 0, dbErr(ctx, "put", resource, "", err)
+	if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+		return 0, dbErr(ctx, op, resource, "", err)
 	}
 	if err := tx.QueryRowContext(ctx, s.q.lock, resource).Scan(&fence); err != nil {
-		return 0, dbErr(ctx, "put", resource, "reading the fence: ", err)
+		return 0, dbErr(ctx, op, resource, "reading the fence: ", err)
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
-		return 0, dbErr(ctx, "put", resource, "commit: ", err)
+		return 0, dbErr(ctx, op, resource, "commit: ", err)
 	}
 	return fence, nil
 }

@@ -359,7 +359,7 @@ func TestMySQLTooManyConnections(t *testing.T) {
 	check("Put", s.Put(ctx, "r", 6, []byte("six")))
 	_, _, err = s.Get(ctx, "r")
 	check("Get", err)
-	_, err = s.Fence(ctx, "r")
+	_, err = s.CurrentFence(ctx, "r")
 	check("Fence", err)
 	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 		t.Error("Tx ran fn on a server that refuses connections")

@@ -380,7 +380,7 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 // an error of dbErr.
 func (s *Store) put(ctx context.Context, resource string, token int64, value []byte) (int64, error) {
 	if s.dialect == MySQL {
-		return s.putMySQL(ctx, resource, token, value)
+		return s.upsertMySQL(ctx, "put", resource, s.q.put, s.q.putArgs(resource, token, value))
 	}
 	var fence int64
 	if err := s.db.QueryRowContext(ctx, s.q.put, s.q.putArgs(resource, token, value)...).Scan(&fence); err != nil {
@@ -391,8 +391,8 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 
 // Get implements [fencedlock.Store]. It returns the value of resource's
 // row and the token that wrote it, which is lower than the row's fence
-// when a Tx with a higher token committed since (see Fence). A resource whose
-// row has a fence but no value yet (only Tx used it) returns an error
+// when a Fence or a Tx with a higher token came since (see CurrentFence). A resource whose
+// row has a fence but no value yet (only Fence or Tx used it) returns an error
 // wrapping [fencedlock.ErrNotFound], like one without a row. Invalid names
 // and database errors are those of Put, ErrUnavailable included, and Get
 // too returns by ctx's deadline.
@@ -429,13 +429,14 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 	return value, t, nil
 }
 
-// Fence returns resource's fence: the highest token that an accepted Put
-// or a committed Tx has used on it, which every later Put and Tx must
-// match or exceed. A resource that no accepted Put or committed Tx has
-// used returns an error wrapping [fencedlock.ErrNotFound]. When the fence is higher than any token the
-// Locker hands out (its counter was lost), pass it to Locker.Advance.
-// Errors are those of Get, and Fence too returns by ctx's deadline.
-func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, error) {
+// CurrentFence returns resource's fence: the highest token that an
+// accepted Put or Fence or a committed Tx has used on it, which every
+// later Put, Fence and Tx must match or exceed. A resource that none has
+// used returns an error wrapping [fencedlock.ErrNotFound]. When the fence
+// is higher than any token the Locker hands out (its counter was lost),
+// pass it to Locker.Advance. Errors are those of Get, and CurrentFence
+// too returns by ctx's deadline.
+func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return 0, err
 	}
@@ -456,6 +457,53 @@ func (s *Store) Fence(ctx context.Context, resource string) (fencedlock.Token, e
 		return 0, dbErr(ctx, "fence", resource, "", err)
 	}
 	return fenceToken(fence, "fence", resource)
+}
+
+// Fence implements [fencedlock.Store]: it raises resource's fence to
+// token unless the fence is higher, in one statement (in MySQL, a
+// transaction of the upsert and a locking read, as Put), without
+// writing a value: a resource only fenced has a row without a value, and
+// Get returns [fencedlock.ErrNotFound] for it. A lower token returns the
+// [*fencedlock.StaleTokenError] of [fencedlock.CheckToken], whose Current
+// is the fence, and changes nothing. Its checks, its errors and its
+// deadline are those of Put.
+func (s *Store) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	if err := s.check(resource); err != nil {
+		return err
+	}
+	if err := checkToken(resource, token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var fence int64
+	err := bounded(ctx, "fence", resource, func() error {
+		var err error
+		fence, err = s.raiseFence(ctx, resource, int64(token))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	current, err := fenceToken(fence, "fence", resource)
+	if err != nil {
+		return err
+	}
+	return fencedlock.CheckToken(resource, token, current)
+}
+
+// raiseFence is Fence's database work: it returns the fence the upsert
+// left, or an error of dbErr.
+func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (int64, error) {
+	if s.dialect == MySQL {
+		return s.upsertMySQL(ctx, "fence", resource, s.q.raise, s.q.raiseArgs(resource, token))
+	}
+	var fence int64
+	if err := s.db.QueryRowContext(ctx, s.q.raise, s.q.raiseArgs(resource, token)...).Scan(&fence); err != nil {
+		return 0, dbErr(ctx, "fence", resource, "", err)
+	}
+	return fence, nil
 }
 
 // Tx runs fn in a transaction fenced by token: it raises resource's fence

@@ -260,7 +260,7 @@ func TestNilAndZeroStore(t *testing.T) {
 		if _, _, err := s.Get(ctx, "r"); !errors.Is(err, fencedlock.ErrInvalidArgument) {
 			t.Errorf("%s Store: Get = %v; want ErrInvalidArgument", name, err)
 		}
-		if _, err := s.Fence(ctx, "r"); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+		if _, err := s.CurrentFence(ctx, "r"); !errors.Is(err, fencedlock.ErrInvalidArgument) {
 			t.Errorf("%s Store: Fence = %v; want ErrInvalidArgument", name, err)
 		}
 		called := false
@@ -309,7 +309,7 @@ func TestRefusedArguments(t *testing.T) {
 				if _, _, err := s.Get(ctx, c.resource); !errors.Is(err, c.want) {
 					t.Errorf("Get(%.20q) = %v; want an error wrapping %v", c.resource, err, c.want)
 				}
-				if _, err := s.Fence(ctx, c.resource); !errors.Is(err, c.want) {
+				if _, err := s.CurrentFence(ctx, c.resource); !errors.Is(err, c.want) {
 					t.Errorf("Fence(%.20q) = %v; want an error wrapping %v", c.resource, err, c.want)
 				}
 			}
@@ -335,7 +335,7 @@ func TestRefusedArguments(t *testing.T) {
 		if err := s.Tx(ctx, long, sqlstore.MaxToken, func(*sql.Tx) error { return nil }); err != nil {
 			t.Errorf("Tx(MaxToken) after Put(MaxToken) = %v; want nil", err)
 		}
-		if f, err := s.Fence(ctx, long); err != nil || f != sqlstore.MaxToken {
+		if f, err := s.CurrentFence(ctx, long); err != nil || f != sqlstore.MaxToken {
 			t.Errorf("Fence = (%d, %v); want (MaxToken, nil)", f, err)
 		}
 	})
@@ -345,7 +345,7 @@ func TestFence(t *testing.T) {
 	eachDialect(t, func(t *testing.T, b *backend) {
 		ctx := testCtx(t)
 		s := b.newStore(t)
-		if f, err := s.Fence(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) || f != 0 {
+		if f, err := s.CurrentFence(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) || f != 0 {
 			t.Errorf("Fence of a resource never used = (%d, %v); want (0, ErrNotFound)", f, err)
 		}
 		steps := []struct {
@@ -366,13 +366,13 @@ func TestFence(t *testing.T) {
 			} else {
 				s.Tx(ctx, "r", st.token, func(*sql.Tx) error { return nil })
 			}
-			if f, err := s.Fence(ctx, "r"); err != nil || f != st.fence {
+			if f, err := s.CurrentFence(ctx, "r"); err != nil || f != st.fence {
 				t.Fatalf("after %s(%d): Fence = (%d, %v); want %d", st.op, st.token, f, err, st.fence)
 			}
 		}
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := s.Fence(cancelled, "r"); !errors.Is(err, context.Canceled) {
+		if _, err := s.CurrentFence(cancelled, "r"); !errors.Is(err, context.Canceled) {
 			t.Errorf("Fence with a cancelled context = %v; want context.Canceled", err)
 		}
 	})
@@ -439,7 +439,7 @@ func TestLongResourceNames(t *testing.T) {
 		} {
 			errs := map[string]error{"Put": s.Put(ctx, name, 1, []byte("v"))}
 			_, _, errs["Get"] = s.Get(ctx, name)
-			_, errs["Fence"] = s.Fence(ctx, name)
+			_, errs["Fence"] = s.CurrentFence(ctx, name)
 			errs["Tx"] = s.Tx(ctx, name, 1, func(*sql.Tx) error {
 				t.Errorf("Tx ran fn with a %d-byte name", len(name))
 				return nil
@@ -469,7 +469,7 @@ func TestLongResourceNames(t *testing.T) {
 		if _, _, err := s.Get(ctx, long[1:]); !errors.Is(err, fencedlock.ErrNotFound) || len(err.Error()) >= 300 {
 			t.Errorf("Get(%d-byte name never written) = %.200v (%d bytes); want a short ErrNotFound", len(long)-1, err, len(err.Error()))
 		}
-		if _, err := s.Fence(ctx, long[1:]); !errors.Is(err, fencedlock.ErrNotFound) || len(err.Error()) >= 300 {
+		if _, err := s.CurrentFence(ctx, long[1:]); !errors.Is(err, fencedlock.ErrNotFound) || len(err.Error()) >= 300 {
 			t.Errorf("Fence(%d-byte name never written) = %.200v (%d bytes); want a short ErrNotFound", len(long)-1, err, len(err.Error()))
 		}
 	})

@@ -144,7 +144,7 @@ func (e *txEnv) expectNotes(resource, want string) {
 
 func (e *txEnv) expectFence(resource string, want fencedlock.Token) {
 	e.t.Helper()
-	got, err := e.s.Fence(e.ctx, resource)
+	got, err := e.s.CurrentFence(e.ctx, resource)
 	if want == 0 {
 		if !errors.Is(err, fencedlock.ErrNotFound) {
 			e.t.Errorf("Fence(%q) = (%d, %v); want ErrNotFound", resource, got, err)

@@ -77,7 +77,7 @@ func testStalledServer(t *testing.T, d sqlstore.Dialect) {
 	expectStalled(t, "Put", timeout, took, err)
 	took, err = timed(t, timeout, func(ctx context.Context) error { _, _, err := s.Get(ctx, "r"); return err })
 	expectStalled(t, "Get", timeout, took, err)
-	took, err = timed(t, timeout, func(ctx context.Context) error { _, err := s.Fence(ctx, "r"); return err })
+	took, err = timed(t, timeout, func(ctx context.Context) error { _, err := s.CurrentFence(ctx, "r"); return err })
 	expectStalled(t, "Fence", timeout, took, err)
 	ran := make(chan struct{}, 1)
 	took, err = timed(t, timeout, func(ctx context.Context) error {
@@ -202,7 +202,7 @@ func TestStalledSQLite(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if f, err := s.Fence(ctx, "r"); err != nil || (f != 5 && f != 6) {
+	if f, err := s.CurrentFence(ctx, "r"); err != nil || (f != 5 && f != 6) {
 		t.Errorf("Fence = (%d, %v); want 5, or 6 if the abandoned Put went through", f, err)
 	}
 }
@@ -239,7 +239,7 @@ func testUnreachableServer(t *testing.T, d sqlstore.Dialect) {
 	check("Get", err)
 	_, _, err = s.Get(ctx, "never-written")
 	check("Get of a resource never written", err)
-	_, err = s.Fence(ctx, "r")
+	_, err = s.CurrentFence(ctx, "r")
 	check("Fence", err)
 	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 		t.Error("Tx ran fn on an unreachable database")
