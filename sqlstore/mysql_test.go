@@ -360,7 +360,8 @@ func TestMySQLTooManyConnections(t *testing.T) {
 	_, _, err = s.Get(ctx, "r")
 	check("Get", err)
 	_, err = s.CurrentFence(ctx, "r")
-	check("Fence", err)
+	check("CurrentFence", err)
+	check("Fence", s.Fence(ctx, "r", 6))
 	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 		t.Error("Tx ran fn on a server that refuses connections")
 		return nil

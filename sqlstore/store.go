@@ -444,7 +444,7 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		return 0, err
 	}
 	var fence int64
-	err := bounded(ctx, "fence", resource, func() error {
+	err := bounded(ctx, "current fence", resource, func() error {
 		return s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
 	})
 	if errors.Is(err, fencedlock.ErrUnavailable) {
@@ -454,7 +454,7 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return 0, dbErr(ctx, "fence", resource, "", err)
+		return 0, dbErr(ctx, "current fence", resource, "", err)
 	}
 	return fenceToken(fence, "fence", resource)
 }
