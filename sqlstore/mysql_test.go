@@ -199,8 +199,9 @@ func TestMySQLIsolationLevels(t *testing.T) {
 			if got := isolation(t, b.db); got != level {
 				t.Fatalf("the session's isolation level is %s; want %s", got, level)
 			}
-			t.Run("Tx", func(t *testing.T) { runConcurrent(t, b, 0) })
-			t.Run("Tx and Put", func(t *testing.T) { runConcurrent(t, b, 3) })
+			t.Run("Tx", func(t *testing.T) { runConcurrent(t, b, callMix{}) })
+			t.Run("Tx and Put", func(t *testing.T) { runConcurrent(t, b, callMix{put: 3}) })
+			t.Run("Tx, Put and Fence", func(t *testing.T) { runConcurrent(t, b, callMix{put: 3, fence: 2}) })
 		})
 	}
 }
