@@ -717,8 +717,8 @@ func testWaitsForTx(t *testing.T, b *backend, op string, commit bool) {
 	e.expectIdle()
 }
 
-// Under REPEATABLE READ, a Tx or a Put that waited for a Tx on its
-// resource fails with a serialization error (SQLSTATE 40001), as the
+// Under REPEATABLE READ, a Tx, a Put or a Fence that waited for a Tx on
+// its resource fails with a serialization error (SQLSTATE 40001), as the
 // package documentation says, and writes nothing; a retry meets the fence.
 func TestPostgresRepeatableRead(t *testing.T) {
 	e := newTxEnv(t, postgresBackend(t))
@@ -744,6 +744,7 @@ func TestPostgresRepeatableRead(t *testing.T) {
 		call func() error
 	}{
 		{"Put(7)", func() error { return rr.Put(e.ctx, "r", 7, []byte("seven")) }},
+		{"Fence(8)", func() error { return rr.Fence(e.ctx, "r", 8) }},
 		{"Tx(12)", func() error {
 			return rr.Tx(e.ctx, "r", 12, func(*sql.Tx) error {
 				ran = true
@@ -776,7 +777,8 @@ func TestPostgresRepeatableRead(t *testing.T) {
 		t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
 	}
 	expectStale(t, calls[0].call(), "r", 7, 10)
-	if err := calls[1].call(); err != nil || !ran {
+	expectStale(t, calls[1].call(), "r", 8, 10)
+	if err := calls[2].call(); err != nil || !ran {
 		t.Errorf("Tx(12) retried = %v, fn ran: %v; want it accepted", err, ran)
 	}
 	e.expectFence("r", 12)
