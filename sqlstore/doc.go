@@ -103,9 +103,9 @@
 //   - Other database errors are wrapped as they are. Retry these: in
 //     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
 //     failure (SQLSTATE 40001) of a Tx, Put or Fence that waited for
-//     another on its resource, which wrote nothing; in MySQL, a lock wait timeout
-//     (1205), and a deadlock (1213) in fn, or one that ended all 10
-//     attempts of the transaction of Put, Fence or Tx (the first and 9
+//     another on its resource, which wrote nothing; in MySQL, a lock wait
+//     timeout (1205), and a deadlock (1213) in fn, or one that ended all
+//     10 attempts of the transaction of Put, Fence or Tx (the first and 9
 //     more).
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
