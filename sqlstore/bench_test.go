@@ -56,6 +56,27 @@ func BenchmarkTx(b *testing.B) {
 	})
 }
 
+// BenchmarkUpdate measures a fenced read-modify-write of a 128-byte value
+// with fencedlock.Update: Fence, Get and Put, each a round trip of its
+// own (in MySQL, Fence and Put each a transaction of two statements).
+func BenchmarkUpdate(b *testing.B) {
+	eachDialectB(b, func(b *testing.B, be *backend) {
+		s := be.newStore(b)
+		ctx := context.Background()
+		value := make([]byte, 128)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			err := fencedlock.Update(ctx, s, "bench", fencedlock.Token(i+1), func([]byte, bool) ([]byte, error) {
+				return value, nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // eachDialectB runs fn as the sub-benchmarks "sqlite", "postgres" and
 // "mysql".
 func eachDialectB(b *testing.B, fn func(b *testing.B, be *backend)) {

@@ -22,17 +22,53 @@ const (
 	txSpread     = 12 // how far a token may be above the rising base
 )
 
-// txCall is one Tx or Put of TestTxConcurrent and
-// TestTxAndPutConcurrent. inv and resp are ticks of a shared counter
-// taken just before the call and just after it returned: call a returned
-// before call b began when a.resp < b.inv.
+// txCall is one Tx, Put or Fence of TestTxConcurrent,
+// TestTxAndPutConcurrent and TestFenceConcurrent. inv and resp are ticks
+// of a shared counter taken just before the call and just after it
+// returned: call a returned before call b began when a.resp < b.inv.
 type txCall struct {
 	id        int64
-	put       bool // a Put of the value id, not a Tx
+	kind      callKind // a Put writes the value id
 	token     fencedlock.Token
 	inv, resp int64
 	ran       bool // fn was called (Tx)
 	err       error
+}
+
+// callKind is what a txCall is.
+type callKind int
+
+const (
+	callTx callKind = iota
+	callPut
+	callFence
+)
+
+// String returns "Tx", "Put" or "Fence".
+func (k callKind) String() string {
+	switch k {
+	case callPut:
+		return "Put"
+	case callFence:
+		return "Fence"
+	}
+	return "Tx"
+}
+
+// callMix says which calls runConcurrent makes: one call in put is a
+// Put, and one in fence of the others a Fence (none when 0); the rest are
+// Tx calls.
+type callMix struct{ put, fence int }
+
+func (m callMix) String() string {
+	s := "no Put"
+	if m.put > 0 {
+		s = "one in " + strconv.Itoa(m.put) + " a Put"
+	}
+	if m.fence > 0 {
+		s += ", one in " + strconv.Itoa(m.fence) + " of the others a Fence"
+	}
+	return s
 }
 
 // Many goroutines run Tx on one resource with tokens that rise but are
@@ -50,7 +86,7 @@ type txCall struct {
 //     token of a call accepted before it began;
 //   - the fence ends at the highest accepted token.
 func TestTxConcurrent(t *testing.T) {
-	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, 0) })
+	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, callMix{}) })
 }
 
 // TestTxConcurrent with one call in three a Put instead of a Tx, on the
@@ -66,12 +102,25 @@ func TestTxConcurrent(t *testing.T) {
 //   - Get returns, at the end, a value that an accepted Put with the
 //     highest accepted Put token wrote, with that token.
 func TestTxAndPutConcurrent(t *testing.T) {
-	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, 3) })
+	eachDialect(t, func(t *testing.T, b *backend) { runConcurrent(t, b, callMix{put: 3}) })
 }
 
-// runConcurrent runs the calls of TestTxConcurrent on a fresh table, one
-// call in putEvery a Put (none when putEvery is 0), and checks them.
-func runConcurrent(t *testing.T, b *backend, putEvery int) {
+// TestTxAndPutConcurrent with Fence calls on the resource too, and with
+// Put and Fence calls alone: Fence shares the fence and the lock with Put
+// and Tx, so the checks hold for Fence calls as well (a refusal's Current
+// may be a Fence's token, and no Put, Fence or Tx is accepted below a
+// Fence accepted before it began), and a Fence never changes the value
+// that Get returns at the end.
+func TestFenceConcurrent(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		t.Run("Put and Fence", func(t *testing.T) { runConcurrent(t, b, callMix{put: 2, fence: 1}) })
+		t.Run("Tx, Put and Fence", func(t *testing.T) { runConcurrent(t, b, callMix{put: 3, fence: 2}) })
+	})
+}
+
+// runConcurrent runs the calls of TestTxConcurrent on a fresh table, the
+// kinds of call drawn as mix says, and checks them.
+func runConcurrent(t *testing.T, b *backend, mix callMix) {
 	ctx := testCtx(t)
 	s := b.newStore(t)
 	ledger := b.name(t, "ledger")
@@ -82,11 +131,7 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 	insert := b.sql(`INSERT INTO ` + ledger + ` (resource, seq, token, call_id, seen) VALUES ($1, $2, $3, $4, $5)`)
 
 	seed := time.Now().UnixNano()
-	puts := "no Put"
-	if putEvery > 0 {
-		puts = "one in " + strconv.Itoa(putEvery) + " a Put"
-	}
-	t.Logf("%d goroutines, %d calls each (%s), tokens drawn with seed %d", txGoroutines, txCalls, puts, seed)
+	t.Logf("%d goroutines, %d calls each (%v), tokens drawn with seed %d", txGoroutines, txCalls, mix, seed)
 	var (
 		base, tick atomic.Int64
 		wg         sync.WaitGroup
@@ -102,12 +147,22 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 			<-start
 			for i := 0; i < txCalls; i++ {
 				c := txCall{id: int64(g*txCalls + i + 1)}
-				c.put = putEvery > 0 && rng.Intn(putEvery) == 0
+				switch {
+				case mix.put > 0 && rng.Intn(mix.put) == 0:
+					c.kind = callPut
+				case mix.fence > 0 && rng.Intn(mix.fence) == 0:
+					c.kind = callFence
+				}
 				c.token = fencedlock.Token(base.Add(1) + rng.Int63n(txSpread))
 				pause := rng.Intn(4) == 0
 				c.inv = tick.Add(1)
-				if c.put {
+				switch c.kind {
+				case callPut:
 					c.err = s.Put(ctx, r, c.token, []byte(strconv.FormatInt(c.id, 10)))
+				case callFence:
+					c.err = s.Fence(ctx, r, c.token)
+				}
+				if c.kind != callTx {
 					c.resp = tick.Add(1)
 					results[g] = append(results[g], c)
 					continue
@@ -148,7 +203,7 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 		if c.err == nil && c.token > max {
 			max = c.token
 		}
-		if c.err == nil && c.put {
+		if c.err == nil && c.kind == callPut {
 			putValues[strconv.FormatInt(c.id, 10)] = c.token
 			if c.token > maxPut {
 				maxPut = c.token
@@ -156,9 +211,9 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 		}
 	}
 	if f, err := s.CurrentFence(ctx, r); err != nil || f != max {
-		t.Errorf("Fence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
+		t.Errorf("CurrentFence = (%d, %v) at the end; want %d, the highest accepted token", f, err, max)
 	}
-	if putEvery > 0 {
+	if mix.put > 0 {
 		v, tok, err := s.Get(ctx, r)
 		if tokV, ok := putValues[string(v)]; err != nil || tok != maxPut || !ok || tokV != tok {
 			t.Errorf("Get = (%q, %d, %v) at the end; want the value of an accepted Put with token %d, the highest accepted Put token", v, tok, err, maxPut)
@@ -166,16 +221,9 @@ func runConcurrent(t *testing.T, b *backend, putEvery int) {
 	}
 }
 
-// kind returns "Tx" or "Put".
-func (c txCall) kind() string {
-	if c.put {
-		return "Put"
-	}
-	return "Tx"
-}
-
 // checkTxCalls checks the calls of TestTxConcurrent (and
-// TestTxAndPutConcurrent) and the ledger they wrote.
+// TestTxAndPutConcurrent, TestFenceConcurrent) and the ledger they
+// wrote.
 func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 	t.Helper()
 	// Each check reports at most five violations, so that every check
@@ -195,7 +243,7 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 	committed := make(map[fencedlock.Token]bool)
 	putTokens := make(map[fencedlock.Token]bool) // of the accepted Puts
 	var acceptedCalls, refused []txCall
-	var putsAccepted, putsRefused int
+	kindAccepted, kindRefused := make(map[callKind]int), make(map[callKind]int)
 	for _, c := range all {
 		var se *fencedlock.StaleTokenError
 		switch {
@@ -203,34 +251,35 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 			accepted[c.id] = c
 			acceptedCalls = append(acceptedCalls, c)
 			committed[c.token] = true
-			if c.put {
+			kindAccepted[c.kind]++
+			if c.kind == callPut {
 				putTokens[c.token] = true
-				putsAccepted++
 			}
-			if !c.ran && !c.put {
+			if !c.ran && c.kind == callTx {
 				report("calls", "Tx call %d (token %d) was accepted without running fn", c.id, c.token)
 			}
 		case errors.As(c.err, &se):
 			refused = append(refused, c)
-			if c.put {
-				putsRefused++
-			}
+			kindRefused[c.kind]++
 			if c.ran {
 				report("calls", "Tx call %d (token %d) was refused (%v) after running fn", c.id, c.token, c.err)
 			}
 			if se.Resource != r || se.Token != c.token || se.Current <= c.token {
-				report("calls", "%s call %d (token %d): StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current above it}", c.kind(), c.id, c.token, se.Resource, se.Token, se.Current, r, c.token)
+				report("calls", "%s call %d (token %d): StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current above it}", c.kind, c.id, c.token, se.Resource, se.Token, se.Current, r, c.token)
 			}
 		default:
-			report("calls", "%s call %d (token %d, fn ran: %v) = %v; want nil or a *fencedlock.StaleTokenError", c.kind(), c.id, c.token, c.ran, c.err)
+			report("calls", "%s call %d (token %d, fn ran: %v) = %v; want nil or a *fencedlock.StaleTokenError", c.kind, c.id, c.token, c.ran, c.err)
 		}
 	}
-	t.Logf("%d calls accepted, %d refused; of them Puts: %d accepted, %d refused", len(acceptedCalls), len(refused), putsAccepted, putsRefused)
+	t.Logf("%d calls accepted, %d refused; of them Puts: %d accepted, %d refused; Fences: %d accepted, %d refused",
+		len(acceptedCalls), len(refused), kindAccepted[callPut], kindRefused[callPut], kindAccepted[callFence], kindRefused[callFence])
 	if len(acceptedCalls) < txGoroutines || len(refused) == 0 {
 		t.Errorf("%d calls accepted, %d refused: the test did not make the calls race", len(acceptedCalls), len(refused))
 	}
-	if putsAccepted+putsRefused > 0 && (putsAccepted == 0 || putsRefused == 0) {
-		t.Errorf("%d Puts accepted, %d refused: the test did not make Puts race with Tx calls", putsAccepted, putsRefused)
+	for _, k := range []callKind{callPut, callFence} {
+		if a, r := kindAccepted[k], kindRefused[k]; a+r > 0 && (a == 0 || r == 0) {
+			t.Errorf("%d %s calls accepted, %d refused: the test did not make them race with the others", a, k, r)
+		}
 	}
 	for _, c := range refused {
 		var se *fencedlock.StaleTokenError
@@ -249,7 +298,7 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 			if a.resp >= inv {
 				break
 			}
-			if a.token > hi && (a.put || !putsOnly) {
+			if a.token > hi && (a.kind == callPut || !putsOnly) {
 				hi, id = a.token, a.id
 			}
 		}
@@ -260,9 +309,9 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 		var se *fencedlock.StaleTokenError
 		switch {
 		case c.err == nil && c.token < hi:
-			report("real time", "%s call %d was accepted with token %d after %s call %d with token %d had been accepted", c.kind(), c.id, c.token, accepted[id].kind(), id, hi)
+			report("real time", "%s call %d was accepted with token %d after %s call %d with token %d had been accepted", c.kind, c.id, c.token, accepted[id].kind, id, hi)
 		case errors.As(c.err, &se) && se.Current < hi:
-			report("real time", "%s call %d was refused with Current %d after %s call %d with token %d had been accepted", c.kind(), c.id, se.Current, accepted[id].kind(), id, hi)
+			report("real time", "%s call %d was refused with Current %d after %s call %d with token %d had been accepted", c.kind, c.id, se.Current, accepted[id].kind, id, hi)
 		}
 	}
 
@@ -291,8 +340,8 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 		switch {
 		case !ok:
 			report("ledger", "ledger row %d was written by call %d, which was not accepted", seq, call)
-		case c.put:
-			report("ledger", "ledger row %d was written by call %d, a Put", seq, call)
+		case c.kind != callTx:
+			report("ledger", "ledger row %d was written by call %d, a %s", seq, call, c.kind)
 		case seen[call]:
 			report("ledger", "ledger row %d: call %d wrote two rows", seq, call)
 		case fencedlock.Token(token) != c.token:
@@ -324,7 +373,7 @@ func checkTxCalls(t *testing.T, b *backend, all []txCall, ledger, r string) {
 		t.Fatal(err)
 	}
 	for id, c := range accepted {
-		if !seen[id] && !c.put {
+		if !seen[id] && c.kind == callTx {
 			report("ledger", "Tx call %d (token %d) was accepted but its ledger row is missing", id, c.token)
 		}
 	}

@@ -26,13 +26,13 @@ const (
 	// InnoDB, through any database/sql driver, e.g.
 	// github.com/go-sql-driver/mysql. Tx relies on InnoDB's lock of the
 	// resource's row, which INSERT ... ON DUPLICATE KEY UPDATE takes; as
-	// MySQL has no RETURNING, Put is a transaction of that upsert and a
-	// locking read of the fence, and a Put or the start of a Tx that
-	// InnoDB ends as a deadlock victim is tried again. A Put is four
-	// statements (BEGIN, the upsert, the read, COMMIT), and
-	// go-sql-driver/mysql prepares each statement that has arguments on
-	// the server first, a round trip more, unless the DSN sets
-	// interpolateParams=true.
+	// MySQL has no RETURNING, Put and Fence are transactions of that
+	// upsert and a locking read of the fence, and a Put, a Fence or the
+	// start of a Tx that InnoDB ends as a deadlock victim is tried again.
+	// A Put or a Fence is four statements (BEGIN, the upsert, the read,
+	// COMMIT), and go-sql-driver/mysql prepares each statement that has
+	// arguments on the server first, a round trip more, unless the DSN
+	// sets interpolateParams=true.
 	MySQL
 )
 
@@ -57,7 +57,7 @@ type queries struct {
 	create string // creates the table if missing
 	probe  string // selects every column, no row: fails if the table does not fit
 	put    string // upsert of (resource, token, value), returning the fence it leaves (MySQL: returning nothing)
-	raise  string // upsert of (resource, token) raising the fence, returning it (MySQL: returning nothing)
+	raise  string // Fence's upsert of (resource, token), Tx's first: raises the fence, returns it (MySQL: returning nothing)
 	lock   string // MySQL: the fence of a resource, read with the lock the upsert took (SELECT ... FOR UPDATE)
 	get    string // (value, value_token) of a resource
 	fence  string // fence of a resource
@@ -108,10 +108,11 @@ ON CONFLICT (resource) DO UPDATE SET
 	value_token = CASE WHEN f.fence <= excluded.fence THEN excluded.value_token ELSE f.value_token END,
 	fence = ` + greatest + `(f.fence, excluded.fence)
 RETURNING fence`,
-		// Tx's first statement: it takes the row lock (Postgres) or the
-		// database write lock (SQLite), which the transaction then holds
-		// to its end, and raises the fence to the token unless the fence
-		// is higher.
+		// Fence's statement, and Tx's first: it takes the row lock
+		// (Postgres) or the database write lock (SQLite), which a Tx's
+		// transaction then holds to its end, and raises the fence to the
+		// token unless the fence is higher. A returned fence above the
+		// token means the Fence (or the Tx) was refused.
 		raise: `INSERT INTO ` + t + ` AS f (resource, fence) VALUES (` + p(1) + `, ` + p(2) + `)
 ON CONFLICT (resource) DO UPDATE SET fence = ` + greatest + `(f.fence, excluded.fence)
 RETURNING fence`,

@@ -3,11 +3,11 @@
 // which fences the caller's own SQL writes: the check of the token and the
 // writes commit in one transaction, or not at all.
 //
-// Put and Get keep a value per resource, like every fencedlock.Store. Tx
-// goes further: when the data a lock protects lives in the same database,
-// the holder writes it inside Tx, and a holder whose lock expired has its
-// whole transaction refused, however long it paused, with no write of it
-// ever made.
+// Put, Get and Fence keep a value and a fence per resource, like every
+// fencedlock.Store. Tx goes further: when the data a lock protects lives
+// in the same database, the holder writes it inside Tx, and a holder whose
+// lock expired has its whole transaction refused, however long it paused,
+// with no write of it ever made.
 //
 // # Usage
 //
@@ -21,6 +21,30 @@
 //		// The lock was lost and a newer holder has been here: acquire
 //		// again, re-read, redo.
 //	}
+//
+// A holder that keeps its data in the Store's values, and reads a value
+// to write it back, fences the read: [fencedlock.Update] raises the fence
+// to the token with [Store.Fence], reads with [Store.Get], and puts what
+// fn makes of the value with the same token:
+//
+//	err = fencedlock.Update(ctx, store, "queue/7", lock.Token(), func(v []byte, found bool) ([]byte, error) {
+//		return append(v, ",1003"...), nil
+//	})
+//
+// With a plain Get instead, a holder whose lock expired could write
+// between the read and the write, be told its write was accepted, and
+// then have it overwritten by the newer holder's: a lost update. After
+// the Fence, its write is refused. Update's Fence commits at once and
+// holds no lock: a holder with a higher token may still write between
+// the read and the write, and then Update's Put is refused (the lock was
+// lost).
+//
+// Tx needs no Fence: its first statement raises the fence and takes the
+// resource's lock, which it holds to its end, so everything fn reads is
+// fenced, and a Tx is a fenced read-modify-write in SQL. A Put, Fence or
+// Tx on the resource with a lower token waits for the Tx to end, and is
+// refused when the Tx has committed. Fence and Update are for the values
+// that Put writes.
 //
 // The package uses only database/sql: the program imports the driver,
 // e.g. modernc.org/sqlite or github.com/mattn/go-sqlite3 for [SQLite],
@@ -39,19 +63,19 @@
 //
 // fn does all its work through tx, with ctx (tx.ExecContext and
 // tx.QueryContext), and neither commits nor rolls back tx. It must not
-// call Put or Tx, nor write through the *sql.DB: the lock its own
+// call Put, Fence or Tx, nor write through the *sql.DB: the lock its own
 // transaction holds would make that wait, in SQLite (any write) until the
-// busy timeout, in PostgreSQL and MySQL (a Put or Tx on the same
+// busy timeout, in PostgreSQL and MySQL (a Put, Fence or Tx on the same
 // resource) until ctx ends. If fn returns an error or panics, everything
 // it wrote is rolled back, and so is the raise of the fence.
 //
-// Tx and Put calls on one resource take effect one at a time, in an order
-// in which the tokens never go down: the transaction's first statement
-// raises the fence and takes a lock that it keeps to its end. In
-// PostgreSQL and MySQL that is the resource's row lock, so other
+// Tx, Put and Fence calls on one resource take effect one at a time, in
+// an order in which the tokens never go down: the transaction's first
+// statement raises the fence and takes a lock that it keeps to its end.
+// In PostgreSQL and MySQL that is the resource's row lock, so other
 // resources are not held up; in SQLite it is the database's write lock,
-// so every Tx and Put on the database waits for it: keep fn short. fn
-// sees what the Tx and Put calls before it on the resource committed: in
+// so every Tx, Put and Fence on the database waits for it: keep fn short.
+// fn sees what the Tx and Put calls before it on the resource committed: in
 // PostgreSQL under the default isolation level, READ COMMITTED (under
 // REPEATABLE READ or SERIALIZABLE, a Tx that waited for another fails
 // instead, see Errors), and in MySQL under every level.
@@ -60,27 +84,29 @@
 //
 //   - [fencedlock.ErrStaleToken], as a [*fencedlock.StaleTokenError]
 //     whose Current is the fence: a newer holder has written, so the lock
-//     was lost. Nothing was written (Tx did not call fn). Acquire again,
-//     read again, redo.
+//     was lost. Nothing was written (Tx did not call fn), and the fence
+//     was not raised. Acquire again, read again, redo.
 //   - [fencedlock.ErrUnavailable]: the database could not be reached, the
 //     connection broke, or ctx ended while the database worked. A Put may
 //     or may not have happened, or may still happen; a Tx commits nothing
 //     once its ctx has ended, and only a commit cut off by a broken
-//     connection leaves its outcome unknown. The fence check holds all the
-//     same. Retry later.
+//     connection leaves its outcome unknown; a Fence may or may not have
+//     raised the fence. The fence check holds all the same. Retry later.
 //   - [fencedlock.ErrInvalidToken]: a zero token, or one above [MaxToken].
 //   - [fencedlock.ErrInvalidArgument]: a bad resource name (empty, longer
 //     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a nil
 //     fn, or a bad database, dialect or option in New. Nothing was sent.
-//   - [fencedlock.ErrNotFound]: Get or Fence on a resource without a value
-//     or a fence.
+//   - [fencedlock.ErrNotFound]: Get on a resource without a value (one
+//     that only Fence or Tx has used, too), CurrentFence on one without a
+//     fence.
 //   - fn's own error, returned as it is, after the rollback.
 //   - Other database errors are wrapped as they are. Retry these: in
 //     PostgreSQL under REPEATABLE READ or SERIALIZABLE, a serialization
-//     failure (SQLSTATE 40001) of a Tx or Put that waited for another on
-//     its resource, which wrote nothing; in MySQL, a lock wait timeout
-//     (1205), and a deadlock (1213) in fn, or one that ended all 10
-//     attempts of Put's or Tx's transaction (the first and 9 more).
+//     failure (SQLSTATE 40001) of a Tx, Put or Fence that waited for
+//     another on its resource, which wrote nothing; in MySQL, a lock wait
+//     timeout (1205), and a deadlock (1213) in fn, or one that ended all
+//     10 attempts of the transaction of Put, Fence or Tx (the first and 9
+//     more).
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
 // io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
@@ -126,17 +152,18 @@
 // InnoDB engine, resource VARBINARY(1024) or longer and held whole by the
 // unique key, fence and value_token BIGINT, and value LONGBLOB.
 //
-// fence is the highest token that any accepted Put or committed Tx has
-// used on the resource; value and value_token are what the last accepted
-// Put wrote, which Get returns. Tx raises the fence and leaves the value
-// alone, so after a Tx with a higher token Get still returns the older
-// value and its token, while a Put with a token below the new fence is
-// refused; a resource that only Tx has used has a fence and no value.
+// fence is the highest token that any accepted Put or Fence or committed
+// Tx has used on the resource (CurrentFence reads it); value and
+// value_token are what the last accepted Put wrote, which Get returns.
+// Fence and Tx raise the fence and leave the value alone, so after a
+// Fence or a Tx with a higher token Get still returns the older value and
+// its token, while a Put with a token below the new fence is refused; a
+// resource that only Fence or Tx has used has a fence and no value.
 //
 // Never delete a row: the row is where the fence lives. Deleting it
-// forgets the fence, and the next Put or Tx on the resource is accepted
-// with any token, so that a holder whose lock expired long ago can write
-// again.
+// forgets the fence, and the next Put, Fence or Tx on the resource is
+// accepted with any token, so that a holder whose lock expired long ago
+// can write again.
 //
 // # SQL
 //
@@ -165,18 +192,31 @@
 // (MySQL runs the assignments of an UPDATE in order, each seeing those
 // before it: the fence is assigned last.)
 //
-// Tx begins its transaction with the same statements without value and
-// value_token, which raise the fence and return it, and calls fn only
-// when the fence is not above the token. Get is one SELECT of value and
-// value_token.
+// Fence is the same statement without value and value_token, which
+// raises the fence and returns it (a fence above the token means the
+// Fence was refused):
+//
+//	INSERT INTO fencedlock_fences AS f (resource, fence) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET fence = GREATEST(f.fence, excluded.fence)  -- max(...) in SQLite
+//	RETURNING fence
+//
+// and in MySQL a transaction of two statements, as Put:
+//
+//	INSERT INTO fencedlock_fences (resource, fence) VALUES (?, ?)
+//	ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)
+//	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
+//
+// Tx begins its transaction with Fence's statements, and calls fn only
+// when the fence they return is not above the token. Get is one SELECT of
+// value and value_token, CurrentFence one SELECT of fence.
 //
 // # SQLite
 //
 // A connection that finds the write lock taken waits for it only when
-// SQLite has a busy timeout; without one, a Tx or Put that meets another
-// fails at once with SQLITE_BUSY ("database is locked"). Set one on every
-// connection, in the DSN, and use WAL mode so that Get is not blocked by
-// writers: with modernc.org/sqlite,
+// SQLite has a busy timeout; without one, a Tx, Put or Fence that meets
+// another fails at once with SQLITE_BUSY ("database is locked"). Set one
+// on every connection, in the DSN, and use WAL mode so that Get is not
+// blocked by writers: with modernc.org/sqlite,
 //
 //	file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)
 //

@@ -103,3 +103,50 @@ func ExampleStore_Tx() {
 	// refused: token 7, the store holds 8
 	// order 42: shipped
 }
+
+// A holder that reads a value to write it back fences the read:
+// fencedlock.Update raises the fence to the holder's token (Store.Fence),
+// reads the value, and puts what fn makes of it with the same token. A
+// holder whose lock expired, writing between that read and that write,
+// is refused, instead of being told its write was accepted and then
+// losing it. The tokens would come from Lock.Token.
+func ExampleStore_Fence() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "sqlstore-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := sqlstore.New(db, sqlstore.SQLite)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The holder of token 7 queues order 1001, then pauses; its lock
+	// expires, and the next holder (token 8) adds order 1003.
+	if err := store.Put(ctx, "queue", 7, []byte("1001")); err != nil {
+		log.Fatal(err)
+	}
+	err = fencedlock.Update(ctx, store, "queue", 8, func(queue []byte, found bool) ([]byte, error) {
+		// The first holder wakes up between the read and the write.
+		err := store.Put(ctx, "queue", 7, []byte("1001,1002"))
+		fmt.Println("token 7 refused:", errors.Is(err, fencedlock.ErrStaleToken))
+		return append(queue, ",1003"...), nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	queue, token, err := store.Get(ctx, "queue")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("Get: %q, token %d\n", queue, token)
+	// Output:
+	// token 7 refused: true
+	// Get: "1001,1003", token 8
+}

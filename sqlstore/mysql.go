@@ -12,11 +12,11 @@ import (
 // upsert leaves is read by a second statement of its transaction, under
 // the lock the upsert took. Put is a transaction of two statements, the
 // upsert and SELECT ... FOR UPDATE of the fence (the package
-// documentation shows both), and Tx begins with the same two (without
-// value and value_token), then calls fn. (MySQL runs the assignments of
-// an UPDATE in order, each seeing those before it: the fence is assigned
-// last.) This relies on what InnoDB does, on MySQL 8.0 and later and
-// MariaDB 10.6 and later:
+// documentation shows both); Fence is a transaction of the same two
+// without value and value_token, and Tx begins with those, then calls
+// fn. (MySQL runs the assignments of an UPDATE in order, each seeing
+// those before it: the fence is assigned last.) This relies on what
+// InnoDB does, on MySQL 8.0 and later and MariaDB 10.6 and later:
 //
 //   - The upsert takes an exclusive lock on the row's primary key record,
 //     inserting the row or, when the row exists, waiting for the
@@ -37,12 +37,12 @@ import (
 //     InnoDB's REPEATABLE READ does not fail a transaction that waited for
 //     the lock. The tests run the concurrency checks at all four levels.
 //   - A deadlock ends with InnoDB rolling back one of its transactions
-//     whole (error 1213). The one that Put and Tx can meet on their own
-//     is on a new resource: when the transaction that inserted its row
-//     rolls back while two or more others wait for the row's lock, the
-//     waiters are left with gap locks where the row was, and their
-//     inserts wait for each other's. A victim had done nothing but the
-//     upsert, so Put and Tx make their transaction again, up to
+//     whole (error 1213). The one that Put, Fence and Tx can meet on
+//     their own is on a new resource: when the transaction that inserted
+//     its row rolls back while two or more others wait for the row's
+//     lock, the waiters are left with gap locks where the row was, and
+//     their inserts wait for each other's. A victim had done nothing but the
+//     upsert, so Put, Fence and Tx make their transaction again, up to
 //     deadlockAttempts times (the error then says how many), and fn is
 //     never called twice. A deadlock in fn's own statements is fn's
 //     error, returned as it is.
@@ -105,9 +105,9 @@ ON DUPLICATE KEY UPDATE
 	value = IF(fence <= ?, ?, value),
 	value_token = IF(fence <= ?, ?, value_token),
 	fence = GREATEST(fence, ?)`,
-		// Tx's first statement: it takes the row's lock as put does,
-		// which the transaction then holds to its end, and raises the
-		// fence to the token unless the fence is higher.
+		// Fence's first statement, and Tx's: it takes the row's lock as
+		// put does, which the transaction then holds to its end, and
+		// raises the fence to the token unless the fence is higher.
 		raise: `INSERT INTO ` + t + ` (resource, fence) VALUES (?, ?)
 ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
 		// Run after put or raise in the same transaction: a locking
@@ -141,22 +141,22 @@ ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
 // was (REPEATABLE READ), and their inserts wait for each other's. InnoDB
 // ends it by rolling back one of them, whole, with error 1213. Its
 // upsert being the first statement, that transaction had done nothing
-// else, and Put and Tx begin it again (fn has not run), up to
+// else, and Put, Fence and Tx begin it again (fn has not run), up to
 // deadlockAttempts times.
 
-// deadlockAttempts bounds how many times Put, and Tx before it calls fn,
-// make their transaction in MySQL when InnoDB ends it as a deadlock
-// victim (error 1213).
+// deadlockAttempts bounds how many times Put and Fence, and Tx before it
+// calls fn, make their transaction in MySQL when InnoDB ends it as a
+// deadlock victim (error 1213).
 const deadlockAttempts = 10
 
 // erDeadlock is the error number of a transaction that InnoDB rolled
 // back to end a deadlock (ER_LOCK_DEADLOCK, SQLSTATE 40001).
 const erDeadlock = 1213
 
-// again reports whether a MySQL transaction of Put, or of Tx before fn,
-// that failed with err after attempt attempts, is to be made again: err
-// says InnoDB rolled it back to end a deadlock, and attempts and ctx are
-// left.
+// again reports whether a MySQL transaction of Put or Fence, or of Tx
+// before fn, that failed with err after attempt attempts, is to be made
+// again: err says InnoDB rolled it back to end a deadlock, and attempts
+// and ctx are left.
 func (s *Store) again(ctx context.Context, err error, attempt int) bool {
 	return s.dialect == MySQL && attempt < deadlockAttempts && ctx.Err() == nil && mysqlErrorNumber(err) == erDeadlock
 }

@@ -52,9 +52,24 @@ func waitLockWaits(t *testing.T, b *backend, before, n int64) {
 // calls on the resource wait for its lock, the waiters are left with gap
 // locks where the row was, and their inserts wait for each other's:
 // InnoDB breaks the deadlock by rolling back one of them (error 1213).
-// Put and Tx begin such a transaction again: the caller sees every call
-// accepted in turn, and fn runs once per Tx.
+// Put, Fence and Tx begin such a transaction again: the caller sees every
+// call accepted in turn (or refused as stale), and fn runs once per Tx.
+// The waiters are two Puts and two Tx calls, or four Fence calls, so
+// that a deadlock there can only have had a Fence for its victim.
 func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
+	for _, w := range []struct {
+		name  string
+		kinds [4]callKind // of the waiters, with tokens 6 to 9
+	}{
+		{"Put and Tx", [4]callKind{callPut, callTx, callPut, callTx}},
+		{"Fence", [4]callKind{callFence, callFence, callFence, callFence}},
+	} {
+		w := w
+		t.Run(w.name, func(t *testing.T) { testDeadlockVictimTriedAgain(t, w.kinds) })
+	}
+}
+
+func testDeadlockVictimTriedAgain(t *testing.T, kinds [4]callKind) {
 	e := newTxEnv(t, mysqlBackend(t))
 	before := innodbStatus(t, e.backend, "Innodb_deadlocks")
 	rollback := errors.New("rolled back by fn")
@@ -62,34 +77,37 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 		r := "new-" + strconv.Itoa(round)
 		free, held := e.holdFence(t, r, 5, rollback)
 		waits := innodbStatus(t, e.backend, "Innodb_row_lock_current_waits")
-		// Two Puts and two Tx calls wait for the holder's lock.
 		type result struct {
 			call string
+			kind callKind
 			runs int
 			err  error
 		}
-		results := make(chan result, 4)
-		for i, token := range []fencedlock.Token{6, 7, 8, 9} {
-			i, token := i, token
+		results := make(chan result, len(kinds))
+		for i, kind := range kinds {
+			token, kind := fencedlock.Token(6+i), kind
 			go func() {
-				if i%2 == 0 {
-					results <- result{call: fmt.Sprintf("Put(%d)", token), err: e.s.Put(e.ctx, r, token, []byte(fmt.Sprint(token)))}
-					return
+				res := result{call: fmt.Sprintf("%s(%d)", kind, token), kind: kind}
+				switch kind {
+				case callPut:
+					res.err = e.s.Put(e.ctx, r, token, []byte(fmt.Sprint(token)))
+				case callFence:
+					res.err = e.s.Fence(e.ctx, r, token)
+				default:
+					res.err = e.s.Tx(e.ctx, r, token, func(tx *sql.Tx) error {
+						res.runs++
+						return e.insert(tx, r, token, fmt.Sprint(token))
+					})
 				}
-				runs := 0
-				err := e.s.Tx(e.ctx, r, token, func(tx *sql.Tx) error {
-					runs++
-					return e.insert(tx, r, token, fmt.Sprint(token))
-				})
-				results <- result{call: fmt.Sprintf("Tx(%d)", token), runs: runs, err: err}
+				results <- res
 			}()
 		}
-		waitLockWaits(t, e.backend, waits, 4)
+		waitLockWaits(t, e.backend, waits, int64(len(kinds)))
 		free()
 		if err := <-held; !errors.Is(err, rollback) {
 			t.Fatalf("Tx(%q, 5) = %v; want fn's error", r, err)
 		}
-		for i := 0; i < 4; i++ {
+		for range kinds {
 			res := <-results
 			var se *fencedlock.StaleTokenError
 			switch {
@@ -100,7 +118,7 @@ func TestMySQLDeadlockVictimTriedAgain(t *testing.T) {
 				}
 			case res.err != nil:
 				t.Errorf("%s on %q = %v; want it accepted, or refused as stale", res.call, r, res.err)
-			case strings.HasPrefix(res.call, "Tx") && res.runs != 1:
+			case res.kind == callTx && res.runs != 1:
 				t.Errorf("%s on %q was accepted, fn ran %d times; want once", res.call, r, res.runs)
 			}
 		}
@@ -199,8 +217,9 @@ func TestMySQLIsolationLevels(t *testing.T) {
 			if got := isolation(t, b.db); got != level {
 				t.Fatalf("the session's isolation level is %s; want %s", got, level)
 			}
-			t.Run("Tx", func(t *testing.T) { runConcurrent(t, b, 0) })
-			t.Run("Tx and Put", func(t *testing.T) { runConcurrent(t, b, 3) })
+			t.Run("Tx", func(t *testing.T) { runConcurrent(t, b, callMix{}) })
+			t.Run("Tx and Put", func(t *testing.T) { runConcurrent(t, b, callMix{put: 3}) })
+			t.Run("Tx, Put and Fence", func(t *testing.T) { runConcurrent(t, b, callMix{put: 3, fence: 2}) })
 		})
 	}
 }
@@ -360,7 +379,8 @@ func TestMySQLTooManyConnections(t *testing.T) {
 	_, _, err = s.Get(ctx, "r")
 	check("Get", err)
 	_, err = s.CurrentFence(ctx, "r")
-	check("Fence", err)
+	check("CurrentFence", err)
+	check("Fence", s.Fence(ctx, "r", 6))
 	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 		t.Error("Tx ran fn on a server that refuses connections")
 		return nil

@@ -19,7 +19,7 @@ import (
 const DefaultTable = "fencedlock_fences"
 
 // MaxToken is the highest token a Store accepts: the largest SQL BIGINT,
-// 2^63-1. Put and Tx refuse a higher token with an error wrapping
+// 2^63-1. Put, Fence and Tx refuse a higher token with an error wrapping
 // [fencedlock.ErrInvalidToken]. Tokens a Locker seeds from the Redis clock
 // (microseconds) stay far below it.
 const MaxToken fencedlock.Token = math.MaxInt64
@@ -50,7 +50,7 @@ type Store struct {
 
 var _ fencedlock.Store = (*Store)(nil)
 
-// How Put and Tx keep the tokens of a resource in order.
+// How Put, Fence and Tx keep the tokens of a resource in order.
 //
 // Put is one statement in SQLite and PostgreSQL (the package
 // documentation shows it): an upsert that writes the value and its token
@@ -59,7 +59,9 @@ var _ fencedlock.Store = (*Store)(nil)
 // token means the Put was refused, and the row is as it was. Get is one
 // SELECT of value and value_token, so it never sees one without the
 // other. MySQL has no RETURNING: there Put is a transaction of the upsert
-// and a read of the fence under its lock (see mysql.go).
+// and a read of the fence under its lock (see mysql.go). Fence is Put
+// without value and value_token: Tx's first statement (below) alone, in
+// MySQL with the read of the fence; it leaves the value as it is.
 //
 // Tx begins a transaction whose first statement is an upsert that raises
 // the fence (INSERT ... ON CONFLICT (resource) DO UPDATE SET fence =
@@ -67,27 +69,28 @@ var _ fencedlock.Store = (*Store)(nil)
 // returns is above the token, Tx rolls back and returns the
 // StaleTokenError without calling fn; otherwise it calls fn with the
 // transaction and commits. The lock that upsert takes is held until the
-// transaction ends, so Tx and Put calls on one resource take effect one
-// at a time, in an order in which the tokens never go down:
+// transaction ends, so Tx, Put and Fence calls on one resource take
+// effect one at a time, in an order in which the tokens never go down:
 //
 //   - PostgreSQL: the upsert locks the resource's row (inserting it first
-//     if need be), so a Tx or Put on the same resource waits until the
-//     transaction ends and then sees the fence it committed; other
+//     if need be), so a Tx, Put or Fence on the same resource waits until
+//     the transaction ends and then sees the fence it committed; other
 //     resources are not held up. This works under the default isolation
 //     level, READ COMMITTED, where each statement of fn also sees the
 //     writes earlier transactions on the resource committed. Under
 //     REPEATABLE READ or SERIALIZABLE (default_transaction_isolation) a
-//     Tx or a Put that waited for another Tx or Put on the resource fails
+//     Tx, Put or Fence that waited for another call on the resource fails
 //     with a serialization error (SQLSTATE 40001, "could not serialize
 //     access due to concurrent update") instead of meeting the fence the
 //     other committed, without writing anything. The wait for the lock
 //     ends when ctx does.
 //   - SQLite: a database has one writer at a time. The upsert being the
 //     transaction's first statement, the transaction takes the write lock
-//     at once and keeps it to its end, so every Tx and Put on the database
-//     waits for it, whatever its resource; readers do not, in WAL mode. (A
-//     transaction that read first and wrote later could fail with
-//     SQLITE_BUSY when another writer got in between, without waiting.)
+//     at once and keeps it to its end, so every Tx, Put and Fence on the
+//     database waits for it, whatever its resource; readers do not, in
+//     WAL mode. (A transaction that read first and wrote later could fail
+//     with SQLITE_BUSY when another writer got in between, without
+//     waiting.)
 //     modernc.org/sqlite does not interrupt the wait when ctx ends: it
 //     lasts until the busy timeout.
 //   - MySQL and MariaDB: the upsert (INSERT ... ON DUPLICATE KEY UPDATE)
@@ -318,8 +321,8 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 
 // Put implements [fencedlock.Store]. It stores value and token in
 // resource's row if token is not below the row's fence, the highest token
-// any accepted Put or committed Tx has used on the resource, and raises
-// the fence to token, atomically. A lower token returns the
+// any accepted Put or Fence or committed Tx has used on the resource, and
+// raises the fence to token, atomically. A lower token returns the
 // [*fencedlock.StaleTokenError] of [fencedlock.CheckToken], whose Current is
 // the fence, and changes nothing. A nil value is stored as an empty one;
 // Put keeps a copy of value, not value itself.
@@ -391,11 +394,15 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 
 // Get implements [fencedlock.Store]. It returns the value of resource's
 // row and the token that wrote it, which is lower than the row's fence
-// when a Fence or a Tx with a higher token came since (see CurrentFence). A resource whose
-// row has a fence but no value yet (only Fence or Tx used it) returns an error
-// wrapping [fencedlock.ErrNotFound], like one without a row. Invalid names
-// and database errors are those of Put, ErrUnavailable included, and Get
-// too returns by ctx's deadline.
+// when a Fence or a Tx with a higher token came since (see CurrentFence).
+// A resource whose row has a fence but no value yet (only Fence or Tx
+// used it) returns an error wrapping [fencedlock.ErrNotFound], like one
+// without a row. Invalid names and database errors are those of Put,
+// ErrUnavailable included, and Get too returns by ctx's deadline.
+//
+// Get reads without fencing: a holder that reads a value to write it
+// back calls Fence first, or [fencedlock.Update], which does both (see
+// Fence).
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
@@ -434,8 +441,9 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 // later Put, Fence and Tx must match or exceed. A resource that none has
 // used returns an error wrapping [fencedlock.ErrNotFound]. When the fence
 // is higher than any token the Locker hands out (its counter was lost),
-// pass it to Locker.Advance. Errors are those of Get, and CurrentFence
-// too returns by ctx's deadline.
+// pass it to Locker.Advance. CurrentFence only reads: it raises nothing
+// and fences no read (Fence does). Errors are those of Get, and
+// CurrentFence too returns by ctx's deadline.
 func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return 0, err
@@ -444,7 +452,7 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		return 0, err
 	}
 	var fence int64
-	err := bounded(ctx, "fence", resource, func() error {
+	err := bounded(ctx, "current fence", resource, func() error {
 		return s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
 	})
 	if errors.Is(err, fencedlock.ErrUnavailable) {
@@ -454,7 +462,7 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return 0, dbErr(ctx, "fence", resource, "", err)
+		return 0, dbErr(ctx, "current fence", resource, "", err)
 	}
 	return fenceToken(fence, "fence", resource)
 }
@@ -462,11 +470,26 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 // Fence implements [fencedlock.Store]: it raises resource's fence to
 // token unless the fence is higher, in one statement (in MySQL, a
 // transaction of the upsert and a locking read, as Put), without
-// writing a value: a resource only fenced has a row without a value, and
-// Get returns [fencedlock.ErrNotFound] for it. A lower token returns the
+// writing a value. An equal token passes. A lower token returns the
 // [*fencedlock.StaleTokenError] of [fencedlock.CheckToken], whose Current
-// is the fence, and changes nothing. Its checks, its errors and its
-// deadline are those of Put.
+// is the fence, and changes nothing: the fence never goes down. A
+// resource only fenced has a row without a value: Get returns
+// [fencedlock.ErrNotFound] for it, and after Put with one token and Fence
+// with a higher one, Get returns the value and the Put's token.
+//
+// A holder fences before it reads a value that it will write back, so
+// that no holder with a lower token can write in between: Fence, Get,
+// then Put with the same token, which is what [fencedlock.Update] does.
+// Tx needs no Fence: it raises the fence itself before fn reads anything.
+//
+// Its checks, its errors and its deadline are those of Put. A zero token
+// or one above MaxToken ([fencedlock.ErrInvalidToken]), an invalid
+// resource ([fencedlock.ErrInvalidArgument]) and a ctx that has ended
+// before the call (ctx.Err() as it is) send nothing. After an error
+// wrapping [fencedlock.ErrUnavailable], the fence may or may not have
+// been raised, or may still be; the fence check holds all the same. In
+// MySQL, a Fence that InnoDB ends as a deadlock victim is made again, as
+// a Put is.
 func (s *Store) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
 	if err := s.check(resource); err != nil {
 		return err
@@ -508,7 +531,9 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 
 // Tx runs fn in a transaction fenced by token: it raises resource's fence
 // to token, runs fn, and commits, so that fn's writes and the new fence
-// are committed together or not at all. An equal token passes.
+// are committed together or not at all. An equal token passes. fn's reads
+// are fenced too, from the transaction's first statement on: a Tx is a
+// fenced read-modify-write, and needs no Fence before it.
 //
 // A token below the fence returns the [*fencedlock.StaleTokenError] of
 // [fencedlock.CheckToken], whose Current is the fence, without calling fn,
@@ -539,11 +564,11 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 // does.
 //
 // fn must do its work through tx, with ctx, and must not commit or roll
-// back tx. It must not call Put or Tx, nor write through the *sql.DB: the
-// transaction holds the lock that orders Tx and Put calls on the
-// resource, so in SQLite every write waits for it (until the busy
-// timeout), and in PostgreSQL and MySQL a Put or Tx on its resource waits
-// for it (until ctx ends).
+// back tx. It must not call Put, Fence or Tx, nor write through the
+// *sql.DB: the transaction holds the lock that orders Tx, Put and Fence
+// calls on the resource, so in SQLite every write waits for it (until the
+// busy timeout), and in PostgreSQL and MySQL a Put, Fence or Tx on its
+// resource waits for it (until ctx ends).
 //
 // Tx takes a connection of its own from db's pool and returns it outside
 // any transaction; it closes the connection only when a commit or
@@ -651,9 +676,9 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 }
 
 // raise runs the statements of Tx that raise resource's fence to token
-// in tx, taking the lock that the transaction then holds to its end, and
-// returns the fence they leave: one upsert returning it, or in MySQL the
-// upsert and a locking read (see newMySQLQueries).
+// (those of Fence) in tx, taking the lock that the transaction then holds
+// to its end, and returns the fence they leave: one upsert returning it,
+// or in MySQL the upsert and a locking read (see newMySQLQueries).
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, resource string, token int64) (int64, error) {
 	var fence int64
 	if s.dialect != MySQL {

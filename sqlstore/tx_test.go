@@ -147,12 +147,12 @@ func (e *txEnv) expectFence(resource string, want fencedlock.Token) {
 	got, err := e.s.CurrentFence(e.ctx, resource)
 	if want == 0 {
 		if !errors.Is(err, fencedlock.ErrNotFound) {
-			e.t.Errorf("Fence(%q) = (%d, %v); want ErrNotFound", resource, got, err)
+			e.t.Errorf("CurrentFence(%q) = (%d, %v); want ErrNotFound", resource, got, err)
 		}
 		return
 	}
 	if err != nil || got != want {
-		e.t.Errorf("Fence(%q) = (%d, %v); want %d", resource, got, err, want)
+		e.t.Errorf("CurrentFence(%q) = (%d, %v); want %d", resource, got, err, want)
 	}
 }
 
@@ -616,89 +616,109 @@ func (e *txEnv) expectSurvived() {
 	e.expectIdle()
 }
 
-// A Put waits for a Tx on its resource to end, and then meets the fence
-// the Tx committed, or the one before it when the Tx rolled back.
-func TestPutWaitsForTx(t *testing.T) {
+// A Put or a Fence waits for a Tx on its resource to end, and then meets
+// the fence the Tx committed, or the one before it when the Tx rolled
+// back.
+func TestPutAndFenceWaitForTx(t *testing.T) {
 	eachDialect(t, func(t *testing.T, b *backend) {
-		for _, commit := range []bool{true, false} {
-			commit := commit
-			name := "commit"
-			if !commit {
-				name = "rollback"
-			}
-			t.Run(name, func(t *testing.T) {
-				e := newTxEnv(t, b)
-				if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
-					t.Fatal(err)
+		for _, op := range []string{"Put", "Fence"} {
+			op := op
+			t.Run(op, func(t *testing.T) {
+				for _, commit := range []bool{true, false} {
+					commit := commit
+					name := "commit"
+					if !commit {
+						name = "rollback"
+					}
+					t.Run(name, func(t *testing.T) { testWaitsForTx(t, b, op, commit) })
 				}
-				holding, release := make(chan struct{}), make(chan struct{})
-				defer func() {
-					select {
-					case <-release:
-					default:
-						close(release)
-					}
-				}()
-				rollback := errors.New("rolled back by fn")
-				txDone := make(chan error, 1)
-				go func() {
-					txDone <- e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
-						if err := e.insert(tx, "r", 10, "ten"); err != nil {
-							return err
-						}
-						close(holding)
-						<-release
-						if !commit {
-							return rollback
-						}
-						return nil
-					})
-				}()
-				select {
-				case <-holding:
-				case err := <-txDone:
-					t.Fatalf("Tx(10) = %v without holding the lock", err)
-				}
-				putDone := make(chan error, 1)
-				go func() { putDone <- e.s.Put(e.ctx, "r", 7, []byte("seven")) }()
-				select {
-				case err := <-putDone:
-					t.Fatalf("Put(7) returned %v while Tx(10) held the lock", err)
-				case <-time.After(200 * time.Millisecond):
-				}
-				close(release)
-				txErr, putErr := <-txDone, <-putDone
-				if commit {
-					if txErr != nil {
-						t.Fatalf("Tx(10) = %v", txErr)
-					}
-					expectStale(t, putErr, "r", 7, 10)
-					if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
-						t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
-					}
-					e.expectFence("r", 10)
-					e.expectNotes("r", "ten")
-				} else {
-					if !errors.Is(txErr, rollback) {
-						t.Fatalf("Tx(10) = %v; want fn's error", txErr)
-					}
-					if putErr != nil {
-						t.Fatalf("Put(7) after Tx(10) rolled back = %v; want it accepted", putErr)
-					}
-					if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "seven" || tok != 7 {
-						t.Errorf("Get = (%q, %d, %v); want (\"seven\", 7, nil)", v, tok, err)
-					}
-					e.expectFence("r", 7)
-					e.expectNotes("r", "")
-				}
-				e.expectIdle()
 			})
 		}
 	})
 }
 
-// Under REPEATABLE READ, a Tx or a Put that waited for a Tx on its
-// resource fails with a serialization error (SQLSTATE 40001), as the
+// testWaitsForTx runs op ("Put" or "Fence") with token 7 on a resource
+// with Put(5), while a Tx(10) holds it, and checks what op met once the
+// Tx committed, or rolled back.
+func testWaitsForTx(t *testing.T, b *backend, op string, commit bool) {
+	e := newTxEnv(t, b)
+	if err := e.s.Put(e.ctx, "r", 5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	call := func() error {
+		if op == "Put" {
+			return e.s.Put(e.ctx, "r", 7, []byte("seven"))
+		}
+		return e.s.Fence(e.ctx, "r", 7)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	rollback := errors.New("rolled back by fn")
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- e.s.Tx(e.ctx, "r", 10, func(tx *sql.Tx) error {
+			if err := e.insert(tx, "r", 10, "ten"); err != nil {
+				return err
+			}
+			close(holding)
+			<-release
+			if !commit {
+				return rollback
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-txDone:
+		t.Fatalf("Tx(10) = %v without holding the lock", err)
+	}
+	opDone := make(chan error, 1)
+	go func() { opDone <- call() }()
+	select {
+	case err := <-opDone:
+		t.Fatalf("%s(7) returned %v while Tx(10) held the lock", op, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	txErr, opErr := <-txDone, <-opDone
+	// A Fence writes no value: Get returns Put(5)'s unless Put(7) was
+	// accepted.
+	value, token := "five", fencedlock.Token(5)
+	if commit {
+		if txErr != nil {
+			t.Fatalf("Tx(10) = %v", txErr)
+		}
+		expectStale(t, opErr, "r", 7, 10)
+		e.expectFence("r", 10)
+		e.expectNotes("r", "ten")
+	} else {
+		if !errors.Is(txErr, rollback) {
+			t.Fatalf("Tx(10) = %v; want fn's error", txErr)
+		}
+		if opErr != nil {
+			t.Fatalf("%s(7) after Tx(10) rolled back = %v; want it accepted", op, opErr)
+		}
+		if op == "Put" {
+			value, token = "seven", 7
+		}
+		e.expectFence("r", 7)
+		e.expectNotes("r", "")
+	}
+	if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != value || tok != token {
+		t.Errorf("Get = (%q, %d, %v); want (%q, %d, nil)", v, tok, err, value, token)
+	}
+	e.expectIdle()
+}
+
+// Under REPEATABLE READ, a Tx, a Put or a Fence that waited for a Tx on
+// its resource fails with a serialization error (SQLSTATE 40001), as the
 // package documentation says, and writes nothing; a retry meets the fence.
 func TestPostgresRepeatableRead(t *testing.T) {
 	e := newTxEnv(t, postgresBackend(t))
@@ -724,6 +744,7 @@ func TestPostgresRepeatableRead(t *testing.T) {
 		call func() error
 	}{
 		{"Put(7)", func() error { return rr.Put(e.ctx, "r", 7, []byte("seven")) }},
+		{"Fence(8)", func() error { return rr.Fence(e.ctx, "r", 8) }},
 		{"Tx(12)", func() error {
 			return rr.Tx(e.ctx, "r", 12, func(*sql.Tx) error {
 				ran = true
@@ -756,7 +777,8 @@ func TestPostgresRepeatableRead(t *testing.T) {
 		t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
 	}
 	expectStale(t, calls[0].call(), "r", 7, 10)
-	if err := calls[1].call(); err != nil || !ran {
+	expectStale(t, calls[1].call(), "r", 8, 10)
+	if err := calls[2].call(); err != nil || !ran {
 		t.Errorf("Tx(12) retried = %v, fn ran: %v; want it accepted", err, ran)
 	}
 	e.expectFence("r", 12)

@@ -56,8 +56,8 @@ func connectionTrouble(err error) bool {
 // the server is going away, or does not take the connection, or that the
 // connection broke: ErrUnavailable. The rest, among them 1205 (a lock
 // wait timeout: the row is held by a long transaction, the database
-// answers) and 1213 (a deadlock, which Put and Tx try again where they
-// can), are errors about the work, as those of the other dialects that
+// answers) and 1213 (a deadlock, which Put, Fence and Tx try again where
+// they can), are errors about the work, as those of the other dialects that
 // are not connection trouble.
 var mysqlConnectionErrors = map[uint16]bool{
 	1040: true, // ER_CON_COUNT_ERROR: too many connections

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,8 @@ func testStalledServer(t *testing.T, d sqlstore.Dialect) {
 	took, err = timed(t, timeout, func(ctx context.Context) error { _, _, err := s.Get(ctx, "r"); return err })
 	expectStalled(t, "Get", timeout, took, err)
 	took, err = timed(t, timeout, func(ctx context.Context) error { _, err := s.CurrentFence(ctx, "r"); return err })
+	expectStalled(t, "CurrentFence", timeout, took, err)
+	took, err = timed(t, timeout, func(ctx context.Context) error { return s.Fence(ctx, "r", 6) })
 	expectStalled(t, "Fence", timeout, took, err)
 	ran := make(chan struct{}, 1)
 	took, err = timed(t, timeout, func(ctx context.Context) error {
@@ -160,8 +163,8 @@ func testStalledInFn(t *testing.T, d sqlstore.Dialect) {
 
 // A SQLite database whose write lock another connection holds stalls
 // writers until the busy timeout (10 s in these tests), which
-// modernc.org/sqlite does not cut short when ctx ends: Put and Tx return
-// by their deadline all the same.
+// modernc.org/sqlite does not cut short when ctx ends: Put, Fence and Tx
+// return by their deadline all the same.
 func TestStalledSQLite(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	b := sqliteBackend(t)
@@ -180,6 +183,8 @@ func TestStalledSQLite(t *testing.T) {
 	}
 	took, err := timed(t, timeout, func(ctx context.Context) error { return s.Put(ctx, "r", 6, []byte("six")) })
 	expectStalled(t, "Put", timeout, took, err)
+	took, err = timed(t, timeout, func(ctx context.Context) error { return s.Fence(ctx, "r", 6) })
+	expectStalled(t, "Fence", timeout, took, err)
 	took, err = timed(t, timeout, func(ctx context.Context) error {
 		return s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 			t.Error("fn ran while another connection held the write lock")
@@ -192,9 +197,9 @@ func TestStalledSQLite(t *testing.T) {
 	}
 	holder.Close()
 
-	// The abandoned Put may still take effect once it gets the lock
-	// (the Tx cannot: its context has ended); either way the fence is
-	// respected and the pool is left idle.
+	// The abandoned Put and Fence may still take effect once they get
+	// the lock (the Tx cannot: its context has ended); either way the
+	// fence is respected and the pool is left idle.
 	deadline := time.Now().Add(15 * time.Second)
 	for b.db.Stats().InUse != 0 {
 		if time.Now().After(deadline) {
@@ -203,7 +208,7 @@ func TestStalledSQLite(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if f, err := s.CurrentFence(ctx, "r"); err != nil || (f != 5 && f != 6) {
-		t.Errorf("Fence = (%d, %v); want 5, or 6 if the abandoned Put went through", f, err)
+		t.Errorf("CurrentFence = (%d, %v); want 5, or 6 if the abandoned Put or Fence went through", f, err)
 	}
 }
 
@@ -240,7 +245,15 @@ func testUnreachableServer(t *testing.T, d sqlstore.Dialect) {
 	_, _, err = s.Get(ctx, "never-written")
 	check("Get of a resource never written", err)
 	_, err = s.CurrentFence(ctx, "r")
+	check("CurrentFence", err)
+	if want := `sqlstore: current fence "r": `; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("CurrentFence = %v; want a message starting %q", err, want)
+	}
+	err = s.Fence(ctx, "r", 6)
 	check("Fence", err)
+	if want := `sqlstore: fence "r": `; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Fence = %v; want a message starting %q", err, want)
+	}
 	check("Tx", s.Tx(ctx, "r", 7, func(*sql.Tx) error {
 		t.Error("Tx ran fn on an unreachable database")
 		return nil
@@ -248,6 +261,7 @@ func testUnreachableServer(t *testing.T, d sqlstore.Dialect) {
 	_, err = sqlstore.NewContext(ctx, b.db, b.dialect, sqlstore.WithTable(b.name(t, "fences")))
 	check("NewContext", err)
 	check("Put with context.Background()", s.Put(context.Background(), "r", 6, []byte("six")))
+	check("Fence with context.Background()", s.Fence(context.Background(), "r", 6))
 }
 
 // The errors fn returns pass through Tx as they are, even those that
