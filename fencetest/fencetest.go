@@ -247,9 +247,8 @@ func (e *env) expectStale(err error, resource string, token, current fencedlock.
 
 // expectRefused checks that err is the *StaleTokenError of a call (Put
 // or Fence) with token to resource whose fence is current, made after
-// what "after" says when it is not empty. It reports a violation of r,
-// and returns whether err was right.
-func (e *env) expectRefused(r rule, after, call string, err error, resource string, token, current fencedlock.Token) bool {
+// what "after" says when it is not empty. It reports a violation of r.
+func (e *env) expectRefused(r rule, after, call string, err error, resource string, token, current fencedlock.Token) {
 	e.t.Helper()
 	desc := fmt.Sprintf("%s(%q, token %d) while the fence is %d", call, resource, token, current)
 	if after != "" {
@@ -258,19 +257,15 @@ func (e *env) expectRefused(r rule, after, call string, err error, resource stri
 	var se *fencedlock.StaleTokenError
 	if !errors.As(err, &se) {
 		e.errorf(r, "%s = %v; want a *fencedlock.StaleTokenError", desc, err)
-		return false
+		return
 	}
-	ok := true
 	if se.Resource != resource || se.Token != token || se.Current != current {
 		e.errorf(r, "%s = &StaleTokenError{Resource: %q, Token: %d, Current: %d}; want {Resource: %q, Token: %d, Current: %d}",
 			desc, se.Resource, se.Token, se.Current, resource, token, current)
-		ok = false
 	}
 	if !errors.Is(err, fencedlock.ErrStaleToken) {
 		e.errorf(r, "%s = %v: errors.Is(err, fencedlock.ErrStaleToken) = false, want true", desc, err)
-		ok = false
 	}
-	return ok
 }
 
 // fence calls Fence and fails the subtest unless it was accepted.
@@ -633,27 +628,27 @@ func testDoneContext(e *env) {
 	}
 }
 
-// Sizes of the concurrent subtest: a few hundred operations, so that it is
-// fast on an in-memory store and modest on a networked one.
+// Sizes of the concurrent subtests: a few hundred operations each, so
+// that they are fast on an in-memory store and modest on a networked one.
 const (
 	concurrentWriters = 8
 	concurrentReaders = 4
-	concurrentPuts    = 320 // a multiple of concurrentWriters
+	concurrentPuts    = 320 // Puts, or Puts and Fences; a multiple of concurrentWriters
 	maxGetsPerReader  = 5000
 	maxViolations     = 5 // per rule, to keep the report readable
 )
 
-// An op is one Put or Get of the concurrent subtest. inv and resp are
+// An op is one Put, Fence or Get of a concurrent subtest. inv and resp are
 // ticks of a shared counter taken just before the call and just after
 // it returned: op a returned before op b began when a.resp < b.inv.
 type op struct {
 	inv, resp int64
-	token     fencedlock.Token // Put: the token written; Get: the token read
+	token     fencedlock.Token // Put, Fence: the token sent; Get: the token read
 	value     []byte           // Get: the value read
 	err       error
 }
 
-// valueFor returns the value the concurrent subtest writes with token:
+// valueFor returns the value the concurrent subtests write with token:
 // its length and content depend on the token, so a value read with
 // another token's value shows.
 func valueFor(token fencedlock.Token) []byte {
