@@ -108,6 +108,11 @@ var cases = []struct {
 	{"ResourceNames", testResourceNames},
 	{"DoneContext", testDoneContext},
 	{"Concurrent", testConcurrent},
+	{"FenceLowerToken", testFenceLowerToken},
+	{"FenceNeverLowers", testFenceNeverLowers},
+	{"FenceHoldsNoValue", testFenceHoldsNoValue},
+	{"FenceInput", testFenceInput},
+	{"FenceConcurrent", testFenceConcurrent},
 }
 
 // A rule is one promise of the Store contract. Failure messages end with
@@ -118,20 +123,26 @@ var (
 	ruleNotFound    = rule{"not-found", "Get of a resource never written returns an error wrapping fencedlock.ErrNotFound"}
 	ruleRoundTrip   = rule{"round-trip", "Get returns the value and token of the last accepted Put, byte for byte; nil and empty values read back as empty"}
 	ruleCopy        = rule{"copy", "Put keeps a copy of the value and Get returns a copy: changing either slice afterwards changes nothing in the store"}
-	ruleEqualToken  = rule{"equal-token", "a Put whose token equals the stored one is accepted"}
-	ruleHigherToken = rule{"higher-token", "a Put whose token is higher than the stored one is accepted"}
-	ruleStaleToken  = rule{"stale-token", "a Put whose token is lower than the stored one fails with *fencedlock.StaleTokenError{Resource, Token: the rejected token, Current: the stored token}, matching fencedlock.ErrStaleToken"}
-	ruleUnchanged   = rule{"refused-unchanged", "a refused Put changes nothing"}
+	ruleEqualToken  = rule{"equal-token", "a Put whose token equals the fence is accepted"}
+	ruleHigherToken = rule{"higher-token", "a Put whose token is higher than the fence is accepted"}
+	ruleStaleToken  = rule{"stale-token", "a Put whose token is lower than the fence fails with *fencedlock.StaleTokenError{Resource, Token: the rejected token, Current: the fence}, matching fencedlock.ErrStaleToken"}
+	ruleUnchanged   = rule{"refused-unchanged", "a refused Put or Fence changes nothing"}
 	ruleZeroToken   = rule{"zero-token", "a Put with the zero token fails with an error wrapping fencedlock.ErrInvalidToken"}
 	ruleTokenRange  = rule{"token-range", "every token a Locker can grant (1 to 2^63-1) is accepted and compared exactly; a higher token is refused with fencedlock.ErrInvalidToken or stored and compared exactly"}
 	ruleEmptyRes    = rule{"empty-resource", "Put and Get with an empty resource fail with an error wrapping fencedlock.ErrInvalidArgument"}
-	ruleIndependent = rule{"independent-resources", "every resource has its own value and token: a token on one fences no other"}
+	ruleIndependent = rule{"independent-resources", "every resource has its own value, token and fence: a token on one fences no other"}
 	ruleNames       = rule{"resource-names", "resource names are opaque strings: ':', spaces, non-ASCII and braces work; a stranger name is accepted and works, or is refused with fencedlock.ErrInvalidArgument"}
 	ruleContext     = rule{"context", "Put and Get with a cancelled or expired context fail, and such a Put stores nothing"}
 	ruleAtomic      = rule{"atomic-fence", "the token check and the write are one atomic step: concurrent Puts leave the highest accepted token, refuse only tokens below an accepted one, and accept no token after a higher one was accepted"}
 	ruleTornRead    = rule{"torn-read", "a Get returns a value and token that one accepted Put wrote together"}
 	ruleStaleRead   = rule{"stale-read", "a Get returns no token older than one a completed Put wrote or a completed Get read before it began"}
 	ruleMonotonic   = rule{"monotonic-reads", "the tokens one goroutine reads in turn never decrease"}
+
+	ruleFenceLower   = rule{"fence-refuses-lower", "after Fence(t), a Put or Fence with a token below t fails with *fencedlock.StaleTokenError{Resource, Token: the refused token, Current: the fence}, matching fencedlock.ErrStaleToken; a token equal to or above the fence passes"}
+	ruleNeverLowers  = rule{"fence-never-lowers", "a refused Fence leaves the fence where it was: a later Put or Fence below the fence is still refused"}
+	ruleFenceNoValue = rule{"fence-holds-no-value", "a Fence writes no value: Get of a resource only fenced returns fencedlock.ErrNotFound, and after Put(v, a) and Fence(b > a) Get returns v with token a, the writer's, not the fence"}
+	ruleFenceInput   = rule{"fence-input", "Fence with the zero token fails with fencedlock.ErrInvalidToken, with an empty resource or one longer than fencedlock.MaxResourceLen with fencedlock.ErrInvalidArgument, takes the names Put takes (see resource-names), and fails with a cancelled or expired context; such a failed Fence leaves the fence where it was"}
+	ruleFenceAtomic  = rule{"fence-atomic", "a Fence raises the fence in one atomic step with its check, and a Put checks against it atomically with its write: under concurrent Fences and Puts no call is accepted after a call with a higher token was accepted and returned, every refusal names an accepted token at least as high as any accepted before the refused call began, and the store ends holding the highest accepted Put and the highest accepted token as its fence"}
 )
 
 // env is one subtest's store and helpers.
@@ -228,21 +239,40 @@ func (e *env) expectNotFound(r rule, after, resource string) {
 }
 
 // expectStale checks that err is the *StaleTokenError of a Put of token
-// to resource that holds current.
+// to resource whose fence is current.
 func (e *env) expectStale(err error, resource string, token, current fencedlock.Token) {
 	e.t.Helper()
-	call := fmt.Sprintf("Put(%q, token %d) while the store holds token %d", resource, token, current)
+	e.expectRefused(ruleStaleToken, "", "Put", err, resource, token, current)
+}
+
+// expectRefused checks that err is the *StaleTokenError of a call (Put
+// or Fence) with token to resource whose fence is current, made after
+// what "after" says when it is not empty. It reports a violation of r.
+func (e *env) expectRefused(r rule, after, call string, err error, resource string, token, current fencedlock.Token) {
+	e.t.Helper()
+	desc := fmt.Sprintf("%s(%q, token %d) while the fence is %d", call, resource, token, current)
+	if after != "" {
+		desc = "after " + after + ": " + desc
+	}
 	var se *fencedlock.StaleTokenError
 	if !errors.As(err, &se) {
-		e.errorf(ruleStaleToken, "%s = %v; want a *fencedlock.StaleTokenError", call, err)
+		e.errorf(r, "%s = %v; want a *fencedlock.StaleTokenError", desc, err)
 		return
 	}
 	if se.Resource != resource || se.Token != token || se.Current != current {
-		e.errorf(ruleStaleToken, "%s = &StaleTokenError{Resource: %q, Token: %d, Current: %d}; want {Resource: %q, Token: %d, Current: %d}",
-			call, se.Resource, se.Token, se.Current, resource, token, current)
+		e.errorf(r, "%s = &StaleTokenError{Resource: %q, Token: %d, Current: %d}; want {Resource: %q, Token: %d, Current: %d}",
+			desc, se.Resource, se.Token, se.Current, resource, token, current)
 	}
 	if !errors.Is(err, fencedlock.ErrStaleToken) {
-		e.errorf(ruleStaleToken, "%s = %v: errors.Is(err, fencedlock.ErrStaleToken) = false, want true", call, err)
+		e.errorf(r, "%s = %v: errors.Is(err, fencedlock.ErrStaleToken) = false, want true", desc, err)
+	}
+}
+
+// fence calls Fence and fails the subtest unless it was accepted.
+func (e *env) fence(r rule, resource string, token fencedlock.Token) {
+	e.t.Helper()
+	if err := e.s.Fence(e.ctx, resource, token); err != nil {
+		e.fatalf(r, "Fence(%q, token %d) = %v; want it accepted", resource, token, err)
 	}
 }
 
@@ -365,7 +395,7 @@ func testEqualToken(e *env) {
 	for i := 0; i < 3; i++ {
 		v := []byte(fmt.Sprintf("write %d", i))
 		if err := e.s.Put(e.ctx, r, 5, v); err != nil {
-			e.fatalf(ruleEqualToken, "Put(%q, token 5, %s), the store holding token 5 = %v; want it accepted", r, show(v), err)
+			e.fatalf(ruleEqualToken, "Put(%q, token 5, %s), the fence being 5 = %v; want it accepted", r, show(v), err)
 		}
 	}
 	e.expect(ruleEqualToken, "five Puts with token 5", r, []byte("write 2"), 5)
@@ -379,7 +409,7 @@ func testHigherToken(e *env) {
 		value string
 	}{{6, "six"}, {1000, "thousand"}, {1_000_001, "million and one"}} {
 		if err := e.s.Put(e.ctx, r, c.token, []byte(c.value)); err != nil {
-			e.fatalf(ruleHigherToken, "Put(%q, token %d), the store holding a lower token = %v; want it accepted", r, c.token, err)
+			e.fatalf(ruleHigherToken, "Put(%q, token %d), the fence being lower = %v; want it accepted", r, c.token, err)
 		}
 		e.expect(ruleHigherToken, fmt.Sprintf("Put(token %d, %q)", c.token, c.value), r, []byte(c.value), c.token)
 	}
@@ -396,7 +426,7 @@ func testLowerToken(e *env) {
 	// A refusal does not move the fence: the holder of token 10 still
 	// writes.
 	if err := e.s.Put(e.ctx, r, 10, []byte("ten again")); err != nil {
-		e.errorf(ruleEqualToken, "Put(%q, token 10) after refused lower tokens, the store holding token 10 = %v; want it accepted", r, err)
+		e.errorf(ruleEqualToken, "Put(%q, token 10) after refused lower tokens, the fence being 10 = %v; want it accepted", r, err)
 	}
 	e.put(ruleHigherToken, r, 11, []byte("eleven"))
 	err := e.s.Put(e.ctx, r, 10, []byte("stale ten"))
@@ -415,7 +445,7 @@ func testZeroToken(e *env) {
 	e.put(ruleRoundTrip, r, 3, []byte("three"))
 	err = e.s.Put(e.ctx, r, 0, []byte("zero"))
 	if !errors.Is(err, fencedlock.ErrInvalidToken) {
-		e.errorf(ruleZeroToken, "Put(%q, token 0), the store holding token 3 = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
+		e.errorf(ruleZeroToken, "Put(%q, token 0), the fence being 3 = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
 	}
 	e.expect(ruleUnchanged, "Put(token 3, \"three\") and a refused Put(token 0)", r, []byte("three"), 3)
 }
@@ -477,7 +507,7 @@ func testTokenRange(e *env) {
 		}
 		e.expect(ruleTokenRange, fmt.Sprintf("Put(token %d, \"high\") and a refused Put(token %d)", tok, tok-1), r, []byte("high"), tok)
 		if err := e.s.Put(e.ctx, r, tok, []byte("equal")); err != nil {
-			e.errorf(ruleEqualToken, "Put(%q, token %d), the store holding token %d = %v; want it accepted", r, tok, tok, err)
+			e.errorf(ruleEqualToken, "Put(%q, token %d), the fence being %d = %v; want it accepted", r, tok, tok, err)
 			continue
 		}
 		e.expect(ruleEqualToken, fmt.Sprintf("Put(token %d, \"high\") and Put(token %d, \"equal\")", tok, tok), r, []byte("equal"), tok)
@@ -507,6 +537,16 @@ func testIndependentResources(e *env) {
 	e.expect(ruleIndependent, fmt.Sprintf("Put(%q, token 100) and Put(%q, token 2, \"b2\")", a, b), b, []byte("b2"), 2)
 	e.expectNotFound(ruleIndependent, fmt.Sprintf("Puts to %q and %q", a, b), e.res("c"))
 
+	// A Fence on one resource fences no other either.
+	f := e.res("fenced")
+	e.fence(ruleFenceLower, f, 500)
+	if err := e.s.Put(e.ctx, b, 3, []byte("b3")); err != nil {
+		e.errorf(ruleIndependent, "Put(%q, token 3) after Fence(%q, token 500) = %v; want it accepted", b, f, err)
+	}
+	if err := e.s.Fence(e.ctx, e.res("c"), 1); err != nil {
+		e.errorf(ruleIndependent, "Fence(%q, token 1) after Fence(%q, token 500) = %v; want it accepted", e.res("c"), f, err)
+	}
+
 	// Names that share a prefix or differ only in case, written with
 	// falling tokens: a store that mixes them up refuses a later one or
 	// returns another's value.
@@ -523,22 +563,27 @@ func testIndependentResources(e *env) {
 	}
 }
 
+// The names of rule resource-names: every store takes requiredNames;
+// it may refuse optionalNames with fencedlock.ErrInvalidArgument.
+var (
+	requiredNames = []string{"a:b", "with space", "ünïcödé", "x{y}z"}
+	optionalNames = []string{"{", "a}", "{}", "{{x}}", "slash/and\\backslash", "..", "/", "%2F?query#fragment", "🔒", "tab\tand\nnewline", strings.Repeat("long", 128)}
+)
+
 func testResourceNames(e *env) {
-	required := []string{"a:b", "with space", "ünïcödé", "x{y}z"}
-	optional := []string{"{", "a}", "{}", "{{x}}", "slash/and\\backslash", "..", "/", "%2F?query#fragment", "🔒", "tab\tand\nnewline", strings.Repeat("long", 128)}
 	type entry struct {
 		name  string
 		token fencedlock.Token
 	}
 	var stored []entry
-	for i, name := range append(append([]string{}, required...), optional...) {
+	for i, name := range append(append([]string{}, requiredNames...), optionalNames...) {
 		r := e.res(name)
 		tok := fencedlock.Token(1000 - i)
 		err := e.s.Put(e.ctx, r, tok, []byte("value of "+r))
 		switch {
 		case err == nil:
 			stored = append(stored, entry{r, tok})
-		case i >= len(required) && errors.Is(err, fencedlock.ErrInvalidArgument):
+		case i >= len(requiredNames) && errors.Is(err, fencedlock.ErrInvalidArgument):
 			e.t.Logf("the store refuses resource name %q: %v", r, err)
 		default:
 			e.errorf(ruleNames, "Put(%q, token %d) = %v; want it accepted", r, tok, err)
@@ -583,27 +628,27 @@ func testDoneContext(e *env) {
 	}
 }
 
-// Sizes of the concurrent subtest: a few hundred operations, so that it is
-// fast on an in-memory store and modest on a networked one.
+// Sizes of the concurrent subtests: a few hundred operations each, so
+// that they are fast on an in-memory store and modest on a networked one.
 const (
 	concurrentWriters = 8
 	concurrentReaders = 4
-	concurrentPuts    = 320 // a multiple of concurrentWriters
+	concurrentPuts    = 320 // Puts, or Puts and Fences; a multiple of concurrentWriters
 	maxGetsPerReader  = 5000
 	maxViolations     = 5 // per rule, to keep the report readable
 )
 
-// An op is one Put or Get of the concurrent subtest. inv and resp are
+// An op is one Put, Fence or Get of a concurrent subtest. inv and resp are
 // ticks of a shared counter taken just before the call and just after
 // it returned: op a returned before op b began when a.resp < b.inv.
 type op struct {
 	inv, resp int64
-	token     fencedlock.Token // Put: the token written; Get: the token read
+	token     fencedlock.Token // Put, Fence: the token sent; Get: the token read
 	value     []byte           // Get: the value read
 	err       error
 }
 
-// valueFor returns the value the concurrent subtest writes with token:
+// valueFor returns the value the concurrent subtests write with token:
 // its length and content depend on the token, so a value read with
 // another token's value shows.
 func valueFor(token fencedlock.Token) []byte {
@@ -685,15 +730,13 @@ func concurrentSchedule(rng *rand.Rand) [][]fencedlock.Token {
 	return rounds
 }
 
-func testConcurrent(e *env) {
-	seed := time.Now().UnixNano()
-	rng := rand.New(rand.NewSource(seed))
-	e.t.Logf("%d writers Put tokens 1 to %d in rounds, in an order drawn with seed %d; %d readers Get", concurrentWriters, concurrentPuts, seed, concurrentReaders)
-	r := e.res("concurrent")
-	schedule := concurrentSchedule(rng)
-
-	// The writers Put in rounds, all at once in each: start[k] starts
-	// round k, and round waits for its Puts to return.
+// runSchedule runs the rounds of schedule on resource r: concurrentWriters
+// goroutines call write with their token of each round, all at once in
+// each round, while concurrentReaders goroutines Get r until the writers
+// are done. It returns each writer's calls, with the token written and
+// the error, and each reader's Gets.
+func (e *env) runSchedule(r string, schedule [][]fencedlock.Token, write func(tok fencedlock.Token) error) (calls, gets [][]op) {
+	// start[k] starts round k, and round waits for its calls to return.
 	var (
 		tick    atomic.Int64
 		start   = make([]chan struct{}, len(schedule))
@@ -701,9 +744,9 @@ func testConcurrent(e *env) {
 		done    atomic.Bool
 		writers sync.WaitGroup
 		readers sync.WaitGroup
-		puts    = make([][]op, concurrentWriters)
-		gets    = make([][]op, concurrentReaders)
 	)
+	calls = make([][]op, concurrentWriters)
+	gets = make([][]op, concurrentReaders)
 	for k := range start {
 		start[k] = make(chan struct{})
 	}
@@ -716,9 +759,9 @@ func testConcurrent(e *env) {
 				<-start[k]
 				tok := tokens[w]
 				o := op{token: tok, inv: tick.Add(1)}
-				o.err = e.s.Put(e.ctx, r, tok, valueFor(tok))
+				o.err = write(tok)
 				o.resp = tick.Add(1)
-				puts[w] = append(puts[w], o)
+				calls[w] = append(calls[w], o)
 				round.Done()
 			}
 		}()
@@ -745,6 +788,17 @@ func testConcurrent(e *env) {
 	writers.Wait()
 	done.Store(true)
 	readers.Wait()
+	return calls, gets
+}
+
+func testConcurrent(e *env) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	e.t.Logf("%d writers Put tokens 1 to %d in rounds, in an order drawn with seed %d; %d readers Get", concurrentWriters, concurrentPuts, seed, concurrentReaders)
+	r := e.res("concurrent")
+	puts, gets := e.runSchedule(r, concurrentSchedule(rng), func(tok fencedlock.Token) error {
+		return e.s.Put(e.ctx, r, tok, valueFor(tok))
+	})
 
 	v := &violations{e: e}
 	accepted := make(map[fencedlock.Token]op)
@@ -847,4 +901,316 @@ func testConcurrent(e *env) {
 		}
 	}
 	e.t.Logf("%d of %d Puts accepted, %d Gets", len(acceptedOps), concurrentPuts, len(allGets))
+}
+
+func testFenceLowerToken(e *env) {
+	r := e.res("fence-lower")
+	e.fence(ruleFenceLower, r, 10)
+	for _, tok := range []fencedlock.Token{9, 1} {
+		e.expectRefused(ruleFenceLower, "Fence(token 10)", "Put", e.s.Put(e.ctx, r, tok, []byte("stale")), r, tok, 10)
+		e.expectRefused(ruleFenceLower, "Fence(token 10)", "Fence", e.s.Fence(e.ctx, r, tok), r, tok, 10)
+	}
+	// An equal token passes, for a Fence and for a Put.
+	if err := e.s.Fence(e.ctx, r, 10); err != nil {
+		e.errorf(ruleFenceLower, "Fence(%q, token 10), the fence being 10 = %v; want it accepted", r, err)
+	}
+	if err := e.s.Put(e.ctx, r, 10, []byte("ten")); err != nil {
+		e.fatalf(ruleFenceLower, "Put(%q, token 10, \"ten\"), the fence being 10 = %v; want it accepted", r, err)
+	}
+	e.expect(ruleRoundTrip, "Fence(token 10) and Put(token 10, \"ten\")", r, []byte("ten"), 10)
+
+	// A Fence above a written value refuses even the writer's token.
+	w := e.res("fence-lower-written")
+	e.put(ruleRoundTrip, w, 5, []byte("five"))
+	e.fence(ruleFenceLower, w, 8)
+	read := e.expect(ruleFenceNoValue, "Put(token 5, \"five\") and Fence(token 8)", w, []byte("five"), 5)
+	for _, tok := range []fencedlock.Token{7, 5} {
+		e.expectRefused(ruleFenceLower, "Put(token 5) and Fence(token 8)", "Put", e.s.Put(e.ctx, w, tok, []byte("stale")), w, tok, 8)
+	}
+	e.expectRefused(ruleFenceLower, "Put(token 5) and Fence(token 8)", "Fence", e.s.Fence(e.ctx, w, 6), w, 6, 8)
+	if read {
+		e.expect(ruleUnchanged, "Put(token 5, \"five\"), Fence(token 8), refused Puts with tokens 7 and 5 and a refused Fence(token 6)", w, []byte("five"), 5)
+	}
+	if err := e.s.Put(e.ctx, w, 8, []byte("eight")); err != nil {
+		e.fatalf(ruleFenceLower, "Put(%q, token 8, \"eight\") after Fence(token 8) = %v; want it accepted", w, err)
+	}
+	e.expect(ruleRoundTrip, "Fence(token 8) and Put(token 8, \"eight\")", w, []byte("eight"), 8)
+
+	// The fence a Put raised refuses a lower Fence.
+	e.put(ruleHigherToken, w, 12, []byte("twelve"))
+	e.expectRefused(ruleFenceLower, "Put(token 12)", "Fence", e.s.Fence(e.ctx, w, 11), w, 11, 12)
+	e.expect(ruleUnchanged, "Put(token 12, \"twelve\") and a refused Fence(token 11)", w, []byte("twelve"), 12)
+}
+
+func testFenceNeverLowers(e *env) {
+	r := e.res("fence-never-lowers")
+	e.fence(ruleFenceLower, r, 10)
+	e.expectRefused(ruleFenceLower, "Fence(token 10)", "Fence", e.s.Fence(e.ctx, r, 5), r, 5, 10)
+	// Between the refused token and the fence, every token is still
+	// refused; the fence's own passes.
+	for _, tok := range []fencedlock.Token{5, 7, 9} {
+		e.expectRefused(ruleNeverLowers, "Fence(token 10) and a refused Fence(token 5)", "Put", e.s.Put(e.ctx, r, tok, []byte("between")), r, tok, 10)
+	}
+	e.expectRefused(ruleNeverLowers, "Fence(token 10) and a refused Fence(token 5)", "Fence", e.s.Fence(e.ctx, r, 8), r, 8, 10)
+	if err := e.s.Put(e.ctx, r, 10, []byte("ten")); err != nil {
+		e.fatalf(ruleNeverLowers, "Put(%q, token 10) after Fence(token 10) and refused lower calls = %v; want it accepted", r, err)
+	}
+	e.expect(ruleRoundTrip, "Fence(token 10), refused lower calls and Put(token 10, \"ten\")", r, []byte("ten"), 10)
+
+	// The same above a fence that a Put raised.
+	e.put(ruleHigherToken, r, 20, []byte("twenty"))
+	e.expectRefused(ruleFenceLower, "Put(token 20)", "Fence", e.s.Fence(e.ctx, r, 15), r, 15, 20)
+	e.expectRefused(ruleNeverLowers, "Put(token 20) and a refused Fence(token 15)", "Put", e.s.Put(e.ctx, r, 17, []byte("between")), r, 17, 20)
+	e.expectRefused(ruleNeverLowers, "Put(token 20) and a refused Fence(token 15)", "Fence", e.s.Fence(e.ctx, r, 16), r, 16, 20)
+	e.expect(ruleUnchanged, "Put(token 20, \"twenty\") and refused calls with tokens 15 to 17", r, []byte("twenty"), 20)
+}
+
+func testFenceHoldsNoValue(e *env) {
+	r := e.res("fence-no-value")
+	e.fence(ruleFenceLower, r, 3)
+	e.expectNotFound(ruleFenceNoValue, "Fence(token 3) on a resource never written", r)
+	e.fence(ruleFenceLower, r, 5)
+	e.fence(ruleFenceLower, r, 5)
+	e.expectNotFound(ruleFenceNoValue, "Fence(token 3), Fence(token 5) and Fence(token 5) on a resource never written", r)
+
+	// A value written at the fence, then a higher fence: Get returns
+	// the value with the token that wrote it.
+	if err := e.s.Put(e.ctx, r, 5, []byte("v5")); err != nil {
+		e.fatalf(ruleFenceLower, "Put(%q, token 5, \"v5\"), the fence being 5 = %v; want it accepted", r, err)
+	}
+	e.expect(ruleRoundTrip, "Fence(token 5) and Put(token 5, \"v5\")", r, []byte("v5"), 5)
+	e.fence(ruleFenceLower, r, 9)
+	e.expect(ruleFenceNoValue, "Put(token 5, \"v5\") and Fence(token 9)", r, []byte("v5"), 5)
+	e.fence(ruleFenceLower, r, 9)
+	e.fence(ruleFenceLower, r, 12)
+	e.expect(ruleFenceNoValue, "Put(token 5, \"v5\") and Fences with tokens 9, 9 and 12", r, []byte("v5"), 5)
+	e.put(ruleFenceLower, r, 12, []byte("v12"))
+	e.expect(ruleRoundTrip, "Fence(token 12) and Put(token 12, \"v12\")", r, []byte("v12"), 12)
+
+	// A Fence with the writer's own token leaves the value as well.
+	w := e.res("fence-no-value-equal")
+	e.put(ruleRoundTrip, w, 4, []byte("four"))
+	e.fence(ruleFenceLower, w, 4)
+	e.expect(ruleFenceNoValue, "Put(token 4, \"four\") and Fence(token 4)", w, []byte("four"), 4)
+}
+
+func testFenceInput(e *env) {
+	r := e.res("fence-input")
+	if err := e.s.Fence(e.ctx, r, 0); !errors.Is(err, fencedlock.ErrInvalidToken) {
+		e.errorf(ruleFenceInput, "Fence(%q, token 0) on a resource never written = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
+	}
+	e.put(ruleRoundTrip, r, 3, []byte("three"))
+	if err := e.s.Fence(e.ctx, r, 0); !errors.Is(err, fencedlock.ErrInvalidToken) {
+		e.errorf(ruleFenceInput, "Fence(%q, token 0), the fence being 3 = %v; want an error wrapping fencedlock.ErrInvalidToken", r, err)
+	}
+	// A store that took token 0 as the new fence would take token 2.
+	e.expectRefused(ruleFenceInput, "Put(token 3) and a refused Fence(token 0)", "Put", e.s.Put(e.ctx, r, 2, []byte("two")), r, 2, 3)
+	e.expect(ruleUnchanged, "Put(token 3, \"three\"), a refused Fence(token 0) and a refused Put(token 2)", r, []byte("three"), 3)
+
+	if err := e.s.Fence(e.ctx, "", 1); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+		e.errorf(ruleFenceInput, "Fence(\"\", token 1) = %v; want an error wrapping fencedlock.ErrInvalidArgument", err)
+	}
+	long := e.res("too-long-") + strings.Repeat("n", fencedlock.MaxResourceLen)
+	if err := e.s.Fence(e.ctx, long, 1); !errors.Is(err, fencedlock.ErrInvalidArgument) {
+		e.errorf(ruleFenceInput, "Fence(a name of %d bytes, above fencedlock.MaxResourceLen = %d, token 1) = %v; want an error wrapping fencedlock.ErrInvalidArgument",
+			len(long), fencedlock.MaxResourceLen, err)
+	}
+
+	// The names of resource-names: those every store takes must be
+	// fenced; stranger ones may be refused with ErrInvalidArgument.
+	for i, name := range append(append([]string{}, requiredNames...), optionalNames...) {
+		n := e.res(name)
+		tok := fencedlock.Token(1000 - i)
+		err := e.s.Fence(e.ctx, n, tok)
+		switch {
+		case err == nil:
+			e.expectRefused(ruleFenceInput, fmt.Sprintf("Fence(token %d)", tok), "Put", e.s.Put(e.ctx, n, tok-1, []byte("stale")), n, tok-1, tok)
+			e.expectNotFound(ruleFenceNoValue, fmt.Sprintf("Fence(token %d) and a refused Put", tok), n)
+		case i >= len(requiredNames) && errors.Is(err, fencedlock.ErrInvalidArgument):
+			e.t.Logf("the store refuses to fence resource name %q: %v", n, err)
+		default:
+			e.errorf(ruleFenceInput, "Fence(%q, token %d) = %v; want it accepted", n, tok, err)
+		}
+	}
+
+	// A Fence with a done context fails and leaves the fence where it
+	// was: a later Put below the Fence's token passes.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel2()
+	for _, c := range []struct {
+		name string // "a cancelled" context
+		slug string
+		ctx  context.Context
+	}{{"a cancelled", "cancelled", cancelled}, {"an expired", "expired", expired}} {
+		w := e.res("fence-done-context-" + c.slug)
+		e.put(ruleRoundTrip, w, 5, []byte("before"))
+		if err := e.s.Fence(c.ctx, w, 10); err == nil {
+			e.errorf(ruleFenceInput, "Fence(%q, token 10) with %s context = nil; want an error", w, c.name)
+		}
+		if err := e.s.Put(e.ctx, w, 7, []byte("after")); err != nil {
+			e.errorf(ruleFenceInput, "Put(%q, token 7) after Put(token 5) and Fence(token 10) with %s context = %v; want it accepted: the failed Fence must leave the fence at 5", w, c.name, err)
+		} else {
+			e.expect(ruleRoundTrip, fmt.Sprintf("Put(token 5), Fence(token 10) with %s context and Put(token 7, \"after\")", c.name), w, []byte("after"), 7)
+		}
+
+		fresh := e.res("fence-done-context-fresh-" + c.slug)
+		if err := e.s.Fence(c.ctx, fresh, 10); err == nil {
+			e.errorf(ruleFenceInput, "Fence(%q, token 10) with %s context = nil; want an error", fresh, c.name)
+		}
+		e.expectNotFound(ruleFenceNoValue, fmt.Sprintf("a Fence with %s context", c.name), fresh)
+		if err := e.s.Put(e.ctx, fresh, 1, []byte("x")); err != nil {
+			e.errorf(ruleFenceInput, "Put(%q, token 1) after Fence(token 10) with %s context = %v; want it accepted: the failed Fence must leave no fence", fresh, c.name, err)
+		}
+	}
+}
+
+func testFenceConcurrent(e *env) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	schedule := concurrentSchedule(rng)
+	// fences[t]: token t is a Fence's; the others are Puts'.
+	fences := make(map[fencedlock.Token]bool)
+	for _, round := range schedule {
+		for _, tok := range round {
+			fences[tok] = rng.Intn(2) == 0
+		}
+	}
+	call := func(tok fencedlock.Token) string {
+		if fences[tok] {
+			return "Fence"
+		}
+		return "Put"
+	}
+	e.t.Logf("%d writers Fence or Put tokens 1 to %d in rounds, about half of them Fences, in an order drawn with seed %d; %d readers Get",
+		concurrentWriters, concurrentPuts, seed, concurrentReaders)
+	r := e.res("fence-concurrent")
+	calls, gets := e.runSchedule(r, schedule, func(tok fencedlock.Token) error {
+		if fences[tok] {
+			return e.s.Fence(e.ctx, r, tok)
+		}
+		return e.s.Put(e.ctx, r, tok, valueFor(tok))
+	})
+
+	v := &violations{e: e}
+	accepted := make(map[fencedlock.Token]op)
+	var acceptedOps, acceptedPuts []op
+	var highest, highestPut fencedlock.Token
+	for _, ops := range calls {
+		for _, o := range ops {
+			if o.err != nil {
+				continue
+			}
+			accepted[o.token] = o
+			acceptedOps = append(acceptedOps, o)
+			if o.token > highest {
+				highest = o.token
+			}
+			if !fences[o.token] {
+				acceptedPuts = append(acceptedPuts, o)
+				if o.token > highestPut {
+					highestPut = o.token
+				}
+			}
+		}
+	}
+	doneBefore := newMaxBefore(acceptedOps)
+
+	// Every refusal is a *StaleTokenError naming a higher token that an
+	// accepted call used, one that began before the refusal returned,
+	// and no lower than any accepted before the refused call began.
+	for _, ops := range calls {
+		for _, o := range ops {
+			if o.err == nil {
+				continue
+			}
+			c := call(o.token)
+			var se *fencedlock.StaleTokenError
+			if !errors.As(o.err, &se) {
+				v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) = %v; want it accepted or a *fencedlock.StaleTokenError", c, r, o.token, o.err)
+				continue
+			}
+			if se.Resource != r || se.Token != o.token {
+				v.report(ruleFenceLower, "concurrent %s(%q, token %d) = &StaleTokenError{Resource: %q, Token: %d}; want Resource %q, Token %d", c, r, o.token, se.Resource, se.Token, r, o.token)
+			}
+			w, ok := accepted[se.Current]
+			switch {
+			case se.Current <= o.token:
+				v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) was refused with Current %d, not above its token", c, r, o.token, se.Current)
+			case !ok:
+				v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) was refused with Current %d, a token no accepted Put or Fence used", c, r, o.token, se.Current)
+			case w.inv > o.resp:
+				v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) was refused with Current %d, used by a %s that began after the refusal returned", c, r, o.token, se.Current, call(se.Current))
+			}
+			if hi := doneBefore.at(o.inv); se.Current < hi {
+				v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) was refused with Current %d, although %s(token %d) had been accepted and returned before it began: the fence went down",
+					c, r, o.token, se.Current, call(hi), hi)
+			}
+		}
+	}
+
+	// No call is accepted after one with a higher token returned: above
+	// all, no Put gets under a Fence that has returned.
+	for _, o := range acceptedOps {
+		if hi := doneBefore.at(o.inv); hi > o.token {
+			v.report(ruleFenceAtomic, "concurrent %s(%q, token %d) was accepted although %s(token %d) had been accepted and returned before it began",
+				call(o.token), r, o.token, call(hi), hi)
+		}
+	}
+
+	// The store ends with the highest accepted Put's value and token,
+	// and the highest accepted token as its fence.
+	val, tok, err := e.s.Get(e.ctx, r)
+	switch {
+	case highestPut == 0 && errors.Is(err, fencedlock.ErrNotFound):
+	case err != nil:
+		v.report(ruleFenceAtomic, "after concurrent Fences and Puts, Get(%q) = %v; want token %d, the highest accepted Put's", r, err, highestPut)
+	case fences[tok]:
+		v.report(ruleFenceNoValue, "after concurrent Fences and Puts, Get(%q) = (%s, token %d), a token only a Fence used; want token %d, the highest accepted Put's", r, show(val), tok, highestPut)
+	case tok != highestPut || !bytes.Equal(val, valueFor(tok)):
+		v.report(ruleFenceAtomic, "after concurrent Fences and Puts, Get(%q) = (%s, token %d); want token %d, the highest accepted Put's, with %s",
+			r, show(val), tok, highestPut, show(valueFor(highestPut)))
+	}
+	if highest > 1 {
+		e.expectRefused(ruleFenceAtomic, fmt.Sprintf("concurrent Fences and Puts, the highest accepted token %d", highest), "Fence", e.s.Fence(e.ctx, r, highest-1), r, highest-1, highest)
+	}
+	if highest > 0 {
+		if err := e.s.Fence(e.ctx, r, highest); err != nil {
+			v.report(ruleFenceAtomic, "after concurrent Fences and Puts, Fence(%q, token %d), the highest accepted token = %v; want it accepted", r, highest, err)
+		}
+	}
+
+	// Gets: each read a pair one accepted Put wrote, never a Fence's
+	// token, and nothing older than a Put that returned before it began.
+	putsBefore := newMaxBefore(acceptedPuts)
+	n := 0
+	for _, ops := range gets {
+		for _, o := range ops {
+			n++
+			if o.err != nil && !errors.Is(o.err, fencedlock.ErrNotFound) {
+				v.report(ruleRoundTrip, "concurrent Get(%q) = %v; want a value or an error wrapping fencedlock.ErrNotFound", r, o.err)
+				continue
+			}
+			if o.err != nil {
+				o.token, o.value = 0, nil
+			} else {
+				w, ok := accepted[o.token]
+				switch {
+				case fences[o.token]:
+					v.report(ruleFenceNoValue, "concurrent Get(%q) = (%s, token %d), a token only a Fence used", r, show(o.value), o.token)
+				case !ok:
+					v.report(ruleTornRead, "concurrent Get(%q) = (%s, token %d): no accepted Put wrote token %d", r, show(o.value), o.token, o.token)
+				case !bytes.Equal(o.value, valueFor(o.token)):
+					v.report(ruleTornRead, "concurrent Get(%q) = (%s, token %d); the Put with token %d wrote %s", r, show(o.value), o.token, o.token, show(valueFor(o.token)))
+				case w.inv > o.resp:
+					v.report(ruleStaleRead, "concurrent Get(%q) returned token %d, written by a Put that began after the Get returned", r, o.token)
+				}
+			}
+			if hi := putsBefore.at(o.inv); o.token < hi {
+				v.report(ruleStaleRead, "concurrent Get(%q) = token %d (0: not found), but Put(token %d) had been accepted and returned before the Get began", r, o.token, hi)
+			}
+		}
+	}
+	e.t.Logf("%d of %d Puts and Fences accepted (%d Puts), %d Gets", len(acceptedOps), concurrentPuts, len(acceptedPuts), n)
 }
