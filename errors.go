@@ -36,11 +36,12 @@ var (
 	// ErrLockLost.
 	ErrReleased = errors.New("fencedlock: lock released")
 
-	// ErrStaleToken means a store refused a write because it already holds
-	// a value written with a higher token: the writer lost its lock. The
-	// writer should acquire again (getting a higher token), re-read the
-	// resource and retry. Over HTTP this is 409 Conflict. A
-	// *StaleTokenError carrying the tokens matches it with errors.Is.
+	// ErrStaleToken means a store refused a write, or the fence of a read
+	// (Store.Fence, Update), because it has seen a higher token for the
+	// resource: the caller lost its lock. It should acquire again (getting
+	// a higher token), re-read the resource and retry. Over HTTP this is
+	// 409 Conflict. A *StaleTokenError carrying the tokens matches it with
+	// errors.Is.
 	ErrStaleToken = errors.New("fencedlock: stale fencing token")
 
 	// ErrNotFound means a store holds no value for the resource.
@@ -92,9 +93,10 @@ const MaxResourceLen = 1024
 // compile unless they agree.
 var _ = [1]struct{}{}[MaxResourceLen-names.Max]
 
-// StaleTokenError is returned by a store that refused a write because
-// Token is lower than Current, the token stored with the resource's value.
-// errors.Is(err, ErrStaleToken) reports true for it.
+// StaleTokenError is returned by a store that refused a Put or a Fence
+// because Token is lower than Current, the resource's fence: the highest
+// token the store has seen for it. errors.Is(err, ErrStaleToken) reports
+// true for it.
 //
 // The writer lost its lock: acquire again, re-read, retry. If Current is
 // higher than any token the Locker hands out (its counter was lost and the
@@ -102,7 +104,7 @@ var _ = [1]struct{}{}[MaxResourceLen-names.Max]
 type StaleTokenError struct {
 	Resource string
 	Token    Token // the rejected token
-	Current  Token // the token the store holds
+	Current  Token // the store's fence
 }
 
 // Error reports the resource and both tokens.

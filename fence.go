@@ -7,13 +7,14 @@ import (
 )
 
 // CheckToken is the fencing rule, the one every Store applies to every
-// write. token is the writer's and current is the token stored with the
-// resource's value (zero when the resource has no value yet), in the order
-// of the fields of StaleTokenError.
+// Put and Fence. token is the caller's and current is the resource's
+// fence, the highest token the store has seen for it (zero when it has
+// seen none), in the order of the fields of StaleTokenError.
 //
-// It returns nil when token >= current: the write may proceed, and the
-// store must record token next to the value in the same atomic step. Equal
-// passes because one holder writes many times with one token. It returns a
+// It returns nil when token >= current: the write or fence may proceed,
+// and the store must raise the fence to token (and, for a Put, record
+// token next to the value) in the same atomic step. Equal passes because
+// one holder writes many times with one token. It returns a
 // *StaleTokenError when token < current, and an error wrapping
 // ErrInvalidToken when token is zero.
 //
