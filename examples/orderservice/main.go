@@ -243,7 +243,7 @@ func (s *story) staleRead(ctx context.Context) error {
 	return nil
 }
 
-// checkStale returns nil when the request what got 409 and a
+// checkStale returns nil when the request named what got 409 and a
 // *fencedlock.StaleTokenError for resource with token and current, and
 // an error saying what it got otherwise.
 func checkStale(what string, status int, err error, token, current fencedlock.Token) error {
