@@ -14,8 +14,9 @@ import (
 	"github.com/fencedlock/fencedlock"
 )
 
-// The README's quick start: every write carries the lock's token, and the
-// store refuses the write of a holder whose lock has expired.
+// The README's quick start: every write carries the lock's token, a read
+// that will be written back is fenced (Update), and the store refuses the
+// write of a holder whose lock has expired.
 func Example_staleWriteRefused() {
 	ctx := context.Background()
 	mr, err := miniredis.Run() // an embedded Redis; use your own Redis's address
@@ -40,15 +41,73 @@ func Example_staleWriteRefused() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("B writes:", store.Put(ctx, "order-queue", b.Token(), []byte("orders: 1001, 1002")))
+	// B reads the queue and writes it back with its order: Update fences
+	// the read with B's token, so no older token can write in between.
+	err = fencedlock.Update(ctx, store, "order-queue", b.Token(), func(queue []byte, found bool) ([]byte, error) {
+		return append(queue, ", 1003"...), nil
+	})
+	fmt.Println("B adds 1003:", err)
 
 	// A resumes, still believing it holds the lock, and writes: refused.
-	err = store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001, 1003"))
+	err = store.Put(ctx, "order-queue", a.Token(), []byte("orders: 1001, 1002"))
 	fmt.Println("A's late write refused:", errors.Is(err, fencedlock.ErrStaleToken))
+	queue, _, err := store.Get(ctx, "order-queue")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("the queue: %s\n", queue)
 	// Output:
 	// A writes: <nil>
-	// B writes: <nil>
+	// B adds 1003: <nil>
 	// A's late write refused: true
+	// the queue: orders: 1001, 1003
+}
+
+// A holder that reads, then writes back what it read, must fence its
+// read. Here A's lock (token 41) expired while A was paused, and B holds
+// the lock with token 42; A wakes and writes between B's read and B's
+// write. With Get then Put, the store takes A's write, tells A it is
+// saved, and B's write then loses it. With Update, B's read raises the
+// store's fence to 42: A's write is refused, A learns it lost the lock,
+// and adds its order again under a new lock.
+func ExampleUpdate() {
+	ctx := context.Background()
+	const a, b, a2 = fencedlock.Token(41), fencedlock.Token(42), fencedlock.Token(43)
+
+	// Unfenced: B reads with Get, and writes with Put.
+	unfenced := fencedlock.NewMemoryStore()
+	_ = unfenced.Put(ctx, "order-queue", a, []byte("orders: 1001"))
+	queue, _, _ := unfenced.Get(ctx, "order-queue") // B reads
+	fmt.Println("unfenced, A saves 1002:", unfenced.Put(ctx, "order-queue", a, []byte("orders: 1001, 1002")))
+	fmt.Println("unfenced, B adds 1003:", unfenced.Put(ctx, "order-queue", b, append(queue, ", 1003"...)))
+	queue, _, _ = unfenced.Get(ctx, "order-queue")
+	fmt.Printf("unfenced: %s\n", queue)
+
+	// Fenced: B reads and writes with Update.
+	store := fencedlock.NewMemoryStore()
+	_ = store.Put(ctx, "order-queue", a, []byte("orders: 1001"))
+	err := fencedlock.Update(ctx, store, "order-queue", b, func(queue []byte, found bool) ([]byte, error) {
+		// A wakes here, between B's read and B's write.
+		err := store.Put(ctx, "order-queue", a, []byte("orders: 1001, 1002"))
+		fmt.Println("fenced, A's write refused:", errors.Is(err, fencedlock.ErrStaleToken))
+		return append(queue, ", 1003"...), nil
+	})
+	fmt.Println("fenced, B adds 1003:", err)
+	// A acquires again (token 43), reads the queue again, adds 1002.
+	err = fencedlock.Update(ctx, store, "order-queue", a2, func(queue []byte, found bool) ([]byte, error) {
+		return append(queue, ", 1002"...), nil
+	})
+	fmt.Println("fenced, A adds 1002 again:", err)
+	queue, _, _ = store.Get(ctx, "order-queue")
+	fmt.Printf("fenced: %s\n", queue)
+	// Output:
+	// unfenced, A saves 1002: <nil>
+	// unfenced, B adds 1003: <nil>
+	// unfenced: orders: 1001, 1003
+	// fenced, A's write refused: true
+	// fenced, B adds 1003: <nil>
+	// fenced, A adds 1002 again: <nil>
+	// fenced: orders: 1001, 1003, 1002
 }
 
 // The quick start: acquire a lock, write with its token, release.

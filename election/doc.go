@@ -13,9 +13,21 @@
 //
 //	e := election.New(locker, "scheduler")
 //	err := e.Run(ctx, hostname, func(ctx context.Context, term *election.Term) error {
-//		// The leader's work; every write carries term.Token().
-//		return store.Put(ctx, "schedule", term.Token(), plan)
+//		// First, fence with the term's token, before relying on any read.
+//		if err := store.Fence(ctx, "schedule", term.Token()); err != nil {
+//			return err // ErrStaleToken: a later term has begun
+//		}
+//		// The leader's work; every read it writes back and every write
+//		// carry term.Token().
+//		return fencedlock.Update(ctx, store, "schedule", term.Token(), nextPlan)
 //	})
+//
+// The first thing a term does is fence ([fencedlock.Store.Fence], or
+// [fencedlock.Update], which fences before it reads) with [Term.Token]:
+// otherwise a deposed leader's write, still on its way, could land
+// between the new leader's read and its write, be accepted, and then be
+// overwritten. From the fence on, the store refuses every write of an
+// earlier term.
 //
 // [Election.Campaign] returns a [Term] for callers that manage it
 // themselves: watch [Term.Done], write with [Term.Token], and end it with
@@ -24,8 +36,9 @@
 //
 // # Errors
 //
-//   - A write refused with [fencedlock.ErrStaleToken]: a later term has
-//     written, so this term is over. Stop leading; Run campaigns again.
+//   - A write or a fence refused with [fencedlock.ErrStaleToken]: a later
+//     term has fenced or written, so this term is over. Stop leading; Run
+//     campaigns again.
 //   - [Term.Done] closed, [Term.Err] or fn's [context.Cause] matching
 //     [fencedlock.ErrLockLost]: the term ended. Stop the leader's work.
 //   - [fencedlock.ErrUnavailable]: Redis could not be reached or did not
@@ -49,8 +62,8 @@
 //     https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md#counter-loss-and-lockeradvance.
 //   - A fenced store ([fencedlock.Store], package sqlstore, or a service
 //     using package fencehttp) refuses a write whose token is lower than
-//     one it has accepted: once a newer leader has written, nothing an
-//     older leader sends is applied.
+//     one it has accepted or fenced with: once a newer leader has fenced
+//     or written, nothing an older leader sends is applied.
 //   - A leader cut off from Redis learns that its term ended (Done closes,
 //     Run cancels fn's ctx with a cause matching fencedlock.ErrLockLost)
 //     before its lease runs out in Redis, so before another candidate can be

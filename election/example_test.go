@@ -15,8 +15,9 @@ import (
 )
 
 // Two candidates: the first is elected, the second waits; when the first
-// resigns, the second is elected with a higher token, and the store
-// refuses the first's late write.
+// resigns, the second is elected with a higher token. The second term
+// fences first: from then on the store refuses the first's late write,
+// even before the second has written anything.
 func Example() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -56,18 +57,35 @@ func Example() {
 	}
 	second := <-elected
 	fmt.Println("next leader:", second.Value(), "with a higher token:", second.Token() > first.Token())
-	if err := store.Put(ctx, "plan", second.Token(), []byte("plan by host-b")); err != nil {
+	// The term's first step: fence, before relying on anything it reads.
+	if err := store.Fence(ctx, "plan", second.Token()); err != nil {
+		log.Fatal(err) // ErrStaleToken: a later term has begun
+	}
+	plan, _, err := store.Get(ctx, "plan")
+	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Printf("host-b reads: %s\n", plan)
+	// host-a's late write lands between host-b's read and its write.
 	err = store.Put(ctx, "plan", first.Token(), []byte("late plan by host-a"))
 	fmt.Println("host-a's late write refused:", errors.Is(err, fencedlock.ErrStaleToken))
+	if err := store.Put(ctx, "plan", second.Token(), append(plan, ", revised by host-b"...)); err != nil {
+		log.Fatal(err)
+	}
+	plan, _, err = store.Get(ctx, "plan")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("plan: %s\n", plan)
 	if err := second.Resign(ctx); err != nil {
 		log.Fatal(err)
 	}
 	// Output:
 	// leader: host-a
 	// next leader: host-b with a higher token: true
+	// host-b reads: plan by host-a
 	// host-a's late write refused: true
+	// plan: plan by host-a, revised by host-b
 }
 
 // Run campaigns, runs fn while elected, and campaigns again when fn
@@ -86,8 +104,16 @@ func ExampleElection_Run() {
 	e := election.New(fencedlock.New(client), "scheduler")
 	errStop := errors.New("stop")
 	err := e.Run(ctx, "host-a", func(ctx context.Context, term *election.Term) error {
-		if err := store.Put(ctx, "plan", term.Token(), []byte("plan by "+term.Value())); err != nil {
-			return err
+		// The term's first step fences: Update raises the fence with the
+		// term's token before it reads the plan, then writes it back.
+		err := fencedlock.Update(ctx, store, "plan", term.Token(), func(plan []byte, found bool) ([]byte, error) {
+			if !found {
+				return []byte("plan by " + term.Value()), nil
+			}
+			return append(plan, ", revised by "+term.Value()...), nil
+		})
+		if err != nil {
+			return err // ErrStaleToken: a later term has begun
 		}
 		return errStop // one term is enough here
 	})

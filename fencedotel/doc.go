@@ -1,6 +1,6 @@
 // Package fencedotel provides an OpenTelemetry [fencedlock.Observer]:
 // metrics and spans for the locks of a [fencedlock.Locker] and the writes
-// to the stores that [fencedlock.ObserveStore] wraps.
+// to, and fences of, the stores that [fencedlock.ObserveStore] wraps.
 //
 // It is a module of its own, so that the fencedlock module does not
 // require OpenTelemetry. Create one [Observer] and give it to every
@@ -27,6 +27,7 @@
 //	fencedlock.lock.hold.duration   float64 histogram         s
 //	fencedlock.lock.lost            int64 counter             {lock}
 //	fencedlock.store.writes         int64 counter             {write}  fencedlock.outcome
+//	fencedlock.store.fences         int64 counter             {fence}  fencedlock.outcome
 //
 // What each measures:
 //
@@ -43,8 +44,16 @@
 //   - fencedlock.lock.lost counts the locks that ended lost (a heartbeat
 //     or a release found them expired or taken, or the lease ran out).
 //   - fencedlock.store.writes counts the Puts to observed stores: accepted,
-//     stale (a newer token had written: the writer had lost its lock) or
-//     error.
+//     stale (a newer token had written or fenced: the writer had lost its
+//     lock) or error.
+//   - fencedlock.store.fences counts the fences of observed stores: each
+//     Fence, and each fenced read of fencedlock.Update (an Update counts
+//     one fence, then one write if it gets that far): accepted (the fence
+//     is at the token), stale (a newer token had fenced or written: the
+//     reader had lost its lock) or error. Fences have a counter of their
+//     own so that fencedlock.store.writes keeps counting writes only, and
+//     a stale fence, a holder caught before it wrote, is told apart from
+//     a stale write.
 //
 // A histogram's buckets are advised for seconds, from half a millisecond
 // to a minute for acquires and to an hour for holds; a View can change
@@ -63,6 +72,12 @@
 //     fencedlock.token.
 //   - fencedlock.store.put covers a Put to an observed store. Attributes:
 //     fencedlock.resource, fencedlock.token, fencedlock.outcome.
+//   - fencedlock.store.fence covers a Fence of an observed store, or the
+//     fenced read of fencedlock.Update (the read included). Attributes:
+//     fencedlock.resource, fencedlock.token, fencedlock.outcome.
+//
+// An Update makes a fencedlock.store.fence span, then a
+// fencedlock.store.put span, side by side under the caller's span.
 //
 // A span whose operation failed (not acquired, unavailable, lost, stale,
 // any error) has the status Error and the error recorded as an event.

@@ -19,9 +19,10 @@ import (
 	"github.com/fencedlock/fencedlock/fencedotel"
 )
 
-// One Observer for the Locker and the store: a Do that writes with its
-// token records an acquire, a hold and an accepted write. A real program
-// passes its own MeterProvider, or none to use the global one.
+// One Observer for the Locker and the store: a Do that updates the store
+// with its token records an acquire, a hold, an accepted fence (Update's
+// fenced read) and an accepted write. A real program passes its own
+// MeterProvider, or none to use the global one.
 func Example() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -43,7 +44,9 @@ func Example() {
 	store := fencedlock.ObserveStore(fencedlock.NewRedisStore(client), obs)
 
 	err = locker.Do(ctx, "report", 10*time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
-		return store.Put(ctx, "report", lock.Token(), []byte("done"))
+		return fencedlock.Update(ctx, store, "report", lock.Token(), func(old []byte, found bool) ([]byte, error) {
+			return []byte("done"), nil
+		})
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -76,6 +79,7 @@ func Example() {
 	// fencedlock.acquire.duration [s] {fencedlock.outcome=acquired} count=1
 	// fencedlock.lock.held [{lock}] {} value=0
 	// fencedlock.lock.hold.duration [s] {} count=1
+	// fencedlock.store.fences [{fence}] {fencedlock.outcome=accepted} value=1
 	// fencedlock.store.writes [{write}] {fencedlock.outcome=accepted} value=1
 }
 
@@ -83,8 +87,8 @@ func exampleAttrs(set attribute.Set) string {
 	return "{" + set.Encoded(attribute.DefaultEncoder()) + "}"
 }
 
-// Spans: the acquire, the write and the release of a Do, each a child of
-// the span in the caller's ctx.
+// Spans: the acquire, the fence and the write of an Update, and the
+// release of a Do, each a child of the span in the caller's ctx.
 func Example_tracing() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -108,7 +112,9 @@ func Example_tracing() {
 	var token fencedlock.Token
 	err = locker.Do(ctx, "report", 10*time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
 		token = lock.Token()
-		return store.Put(ctx, "report", lock.Token(), []byte("done"))
+		return fencedlock.Update(ctx, store, "report", lock.Token(), func(old []byte, found bool) ([]byte, error) {
+			return []byte("done"), nil
+		})
 	})
 	job.End()
 	if err != nil {
@@ -125,6 +131,7 @@ func Example_tracing() {
 	}
 	// Output:
 	// fencedlock.acquire: child of the job's span true, the lock's token true
+	// fencedlock.store.fence: child of the job's span true, the lock's token true
 	// fencedlock.store.put: child of the job's span true, the lock's token true
 	// fencedlock.release: child of the job's span true, the lock's token true
 }

@@ -17,12 +17,13 @@ const (
 	MetricLockHoldTime    = "fencedlock.lock.hold.duration"
 	MetricLockLost        = "fencedlock.lock.lost"
 	MetricStoreWrites     = "fencedlock.store.writes"
+	MetricStoreFences     = "fencedlock.store.fences"
 )
 
 // The attribute keys of metrics and spans.
 const (
-	// AttrOutcome is the outcome of an acquire or a store write, the
-	// String of its fencedlock.Outcome: "acquired", "stale", ...
+	// AttrOutcome is the outcome of an acquire, a store write or a store
+	// fence, the String of its fencedlock.Outcome: "acquired", "stale", ...
 	AttrOutcome = attribute.Key("fencedlock.outcome")
 	// AttrResource is the resource's name: on spans always, on metrics
 	// only with WithResourceAttribute(true).
@@ -55,6 +56,7 @@ type instruments struct {
 	holdDuration    metric.Float64Histogram
 	lost            metric.Int64Counter
 	writes          metric.Int64Counter
+	fences          metric.Int64Counter
 
 	// byOutcome[o] records with fencedlock.outcome = o.String(), for the
 	// outcomes fencedlock defines; noAttrs, with no attribute.
@@ -115,6 +117,11 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		metric.WithDescription("Writes to observed stores, by outcome: accepted, stale (refused token) or error.")); err != nil {
 		return in, wrap(MetricStoreWrites, err)
 	}
+	if in.fences, err = m.Int64Counter(MetricStoreFences,
+		metric.WithUnit("{fence}"),
+		metric.WithDescription("Fences of observed stores (Fence, and the fenced read of Update), by outcome: accepted, stale (refused token) or error.")); err != nil {
+		return in, wrap(MetricStoreFences, err)
+	}
 	for o := range in.byOutcome {
 		in.byOutcome[o] = newMeasureOpts(attribute.NewSet(AttrOutcome.String(fencedlock.Outcome(o).String())))
 	}
@@ -166,4 +173,9 @@ func (in *instruments) lockEnd(ctx context.Context, e fencedlock.Event, withReso
 // storeWriteEnd counts an EventStoreWriteEnd by its outcome.
 func (in *instruments) storeWriteEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
 	in.writes.Add(ctx, 1, in.outcomeOpts(e.Outcome, e.Resource, withResource).add...)
+}
+
+// storeFenceEnd counts an EventStoreFenceEnd by its outcome.
+func (in *instruments) storeFenceEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
+	in.fences.Add(ctx, 1, in.outcomeOpts(e.Outcome, e.Resource, withResource).add...)
 }

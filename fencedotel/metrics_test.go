@@ -215,6 +215,51 @@ func TestMetricsStoreWrites(t *testing.T) {
 	})
 }
 
+// A Fence through ObserveStore, and the fenced read of Update, are
+// counted as fences by outcome, apart from the writes: the current
+// holder's Fence and Update are accepted (the Update also counts one
+// accepted write); the old holder's Fence and Update, after the current
+// holder fenced, are stale (the stale Update writes nothing); a zero
+// token is an error.
+func TestMetricsStoreFences(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := otCtx(t)
+		o := otNew(t)
+		l := o.locker(b)
+		store := fencedlock.ObserveStore(fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix)), o.obs)
+
+		old, err := l.TryAcquire(ctx, "queue", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, old.Release(ctx))
+		current, err := l.TryAcquire(ctx, "queue", 10*time.Second)
+		require.NoError(t, err)
+		add := func(v []byte, _ bool) ([]byte, error) { return append(v, '+'), nil }
+		require.NoError(t, store.Fence(ctx, "queue", current.Token()))
+		require.NoError(t, fencedlock.Update(ctx, store, "queue", current.Token(), add))
+		require.ErrorIs(t, store.Fence(ctx, "queue", old.Token()), fencedlock.ErrStaleToken)
+		require.ErrorIs(t, fencedlock.Update(ctx, store, "queue", old.Token(), add), fencedlock.ErrStaleToken)
+		require.ErrorIs(t, store.Fence(ctx, "queue", 0), fencedlock.ErrInvalidToken)
+		require.NoError(t, current.Release(ctx))
+
+		ms := o.metrics(t)
+		fences := otAssertInstrument(t, ms, fencedotel.MetricStoreFences, "{fence}", otCounter)
+		for _, c := range []struct {
+			outcome attribute.KeyValue
+			want    int64
+		}{{otAccepted, 2}, {otStale, 2}, {otError, 1}} {
+			v, ok := otSum(t, fences, c.outcome)
+			assert.True(t, ok, "no data point for %s", c.outcome.Value.String())
+			assert.Equal(t, c.want, v, "fences with %s", c.outcome.Value.String())
+		}
+		assert.Len(t, otAttrSets(t, fences), 3)
+		writes := ms[fencedotel.MetricStoreWrites]
+		v, _ := otSum(t, writes, otAccepted)
+		assert.Equal(t, int64(1), v, "the accepted Update's write")
+		assert.Len(t, otAttrSets(t, writes), 1, "no write but the accepted Update's: %v", otAttrSets(t, writes))
+		otNoResourceOrToken(t, ms)
+	})
+}
+
 // WithResourceAttribute(true) adds the resource to every metric, so the
 // held gauge counts per resource.
 func TestMetricsResourceAttribute(t *testing.T) {
@@ -228,6 +273,7 @@ func TestMetricsResourceAttribute(t *testing.T) {
 	bb, err := l.TryAcquire(ctx, "beta", 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, store.Put(ctx, "alpha", a.Token(), []byte("a")))
+	require.NoError(t, store.Fence(ctx, "beta", bb.Token()))
 	require.NoError(t, a.Release(ctx))
 
 	alpha, beta := fencedotel.AttrResource.String("alpha"), fencedotel.AttrResource.String("beta")
@@ -243,6 +289,8 @@ func TestMetricsResourceAttribute(t *testing.T) {
 	assert.Equal(t, uint64(1), n)
 	w, _ := otSum(t, ms[fencedotel.MetricStoreWrites], otAccepted, alpha)
 	assert.Equal(t, int64(1), w)
+	f, _ := otSum(t, ms[fencedotel.MetricStoreFences], otAccepted, beta)
+	assert.Equal(t, int64(1), f)
 	for name, m := range ms {
 		for _, set := range otAttrSets(t, m) {
 			assert.True(t, set.HasValue(fencedotel.AttrResource), "%s: a data point without the resource: %v", name, set.ToSlice())

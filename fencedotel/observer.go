@@ -103,10 +103,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 }
 
 // Observe implements [fencedlock.Observer]: it records e in the metrics,
-// and starts or ends a span. For EventAcquireStart, EventReleaseStart
-// and EventStoreWriteStart it returns ctx with the span it started;
-// for every other event, ctx. Kinds of events it does not know are
-// ignored.
+// and starts or ends a span. For EventAcquireStart, EventReleaseStart,
+// EventStoreWriteStart and EventStoreFenceStart it returns ctx with the
+// span it started; for every other event, ctx. Kinds of events it does
+// not know are ignored.
 func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Context {
 	if o == nil || o.tracer == nil {
 		return ctx // nil, or not made by NewObserver
@@ -133,7 +133,12 @@ func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Cont
 		return o.startSpan(ctx, spanStorePut, e)
 	case fencedlock.EventStoreWriteEnd:
 		o.m.storeWriteEnd(ctx, e, o.resourceAttr)
-		o.endWriteSpan(ctx, e)
+		o.endStoreSpan(ctx, spanStorePut, e)
+	case fencedlock.EventStoreFenceStart:
+		return o.startSpan(ctx, spanStoreFence, e)
+	case fencedlock.EventStoreFenceEnd:
+		o.m.storeFenceEnd(ctx, e, o.resourceAttr)
+		o.endStoreSpan(ctx, spanStoreFence, e)
 	}
 	return ctx
 }

@@ -34,7 +34,7 @@ func TestObserverNilAndZero(t *testing.T) {
 	b := redistest.Mini(t)
 	ctx := otCtx(t)
 	for name, obs := range map[string]*fencedotel.Observer{"nil": nil, "zero": {}} {
-		for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreWriteEnd; kind++ {
+		for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreFenceEnd; kind++ {
 			assert.Equal(t, ctx, obs.Observe(ctx, fencedlock.Event{Kind: kind, Resource: "r", Token: 1}), "%s Observer, %v", name, kind)
 		}
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix+name), fencedlock.WithObserver(obs))
@@ -56,7 +56,7 @@ func TestObserverNilCtx(t *testing.T) {
 
 	noop, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(metricnoop.NewMeterProvider()), fencedotel.WithTracerProvider(tracenoop.NewTracerProvider()))
 	require.NoError(t, err)
-	for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreWriteEnd; kind++ {
+	for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreFenceEnd; kind++ {
 		//lint:ignore SA1012 a nil ctx is what this test is about
 		got := noop.Observe(nil, fencedlock.Event{Kind: kind, Resource: "r", Token: 1})
 		assert.NotNil(t, got, "%v", kind)
@@ -204,7 +204,9 @@ func TestObserverConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < rounds; i++ {
 				err := l.Do(ctx, "shared", 5*time.Second, func(ctx context.Context, lock *fencedlock.Lock) error {
-					return store.Put(ctx, "shared", lock.Token(), []byte("v"))
+					return fencedlock.Update(ctx, store, "shared", lock.Token(), func(v []byte, _ bool) ([]byte, error) {
+						return append(v, 'v'), nil
+					})
 				})
 				if err != nil {
 					errs <- err
@@ -227,9 +229,15 @@ func TestObserverConcurrentUse(t *testing.T) {
 	assert.Zero(t, held, "locks left held")
 	writes, _ := otSum(t, ms[fencedotel.MetricStoreWrites], otAccepted)
 	assert.Equal(t, int64(workers*rounds), writes)
+	fences, _ := otSum(t, ms[fencedotel.MetricStoreFences], otAccepted)
+	assert.Equal(t, int64(workers*rounds), fences)
+	v, _, err := store.Get(ctx, "shared")
+	require.NoError(t, err)
+	assert.Len(t, v, workers*rounds, "every Update's byte is there: none was lost")
 	assert.Len(t, o.ended(fencedotel.SpanAcquire), workers*rounds)
 	assert.Len(t, o.ended(fencedotel.SpanRelease), workers*rounds)
 	assert.Len(t, o.ended(fencedotel.SpanStorePut), workers*rounds)
+	assert.Len(t, o.ended(fencedotel.SpanStoreFence), workers*rounds)
 	assert.Equal(t, len(o.spans.Started()), len(o.spans.Ended()), "spans started and never ended")
 }
 
@@ -249,9 +257,10 @@ func TestObserverAllocations(t *testing.T) {
 			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventAcquireEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeAcquired, Duration: time.Millisecond})
 			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventLockEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeLost, Duration: time.Millisecond})
 			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeStale, Duration: time.Millisecond})
+			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreFenceEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeAccepted, Duration: time.Millisecond})
 			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventReleaseEnd, Resource: "r", Token: 5})
 		})
-		assert.Zero(t, ends, "%s: allocations of four end events", name)
+		assert.Zero(t, ends, "%s: allocations of five end events", name)
 		tracer := tp.Tracer("bare")
 		bare := testing.AllocsPerRun(100, func() { tracer.Start(ctx, "bare") })
 		start := testing.AllocsPerRun(100, func() {

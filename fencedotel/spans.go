@@ -15,24 +15,26 @@ import (
 
 // The spans' names: see the package documentation.
 const (
-	SpanAcquire  = "fencedlock.acquire"
-	SpanRelease  = "fencedlock.release"
-	SpanStorePut = "fencedlock.store.put"
+	SpanAcquire    = "fencedlock.acquire"
+	SpanRelease    = "fencedlock.release"
+	SpanStorePut   = "fencedlock.store.put"
+	SpanStoreFence = "fencedlock.store.fence"
 )
 
 // EventHandOver is the name of the span event added for a hand-over.
 const EventHandOver = "fencedlock.hand_over"
 
-// spanKind names the three operations that have a span.
+// spanKind names the four operations that have a span.
 type spanKind uint8
 
 const (
 	spanAcquire spanKind = iota
 	spanRelease
 	spanStorePut
+	spanStoreFence
 )
 
-var spanNames = [...]string{spanAcquire: SpanAcquire, spanRelease: SpanRelease, spanStorePut: SpanStorePut}
+var spanNames = [...]string{spanAcquire: SpanAcquire, spanRelease: SpanRelease, spanStorePut: SpanStorePut, spanStoreFence: SpanStoreFence}
 
 // spanKey is a context key under which Observe keeps the span it started
 // for an operation. Each Observer has one key per kind of operation (see
@@ -113,10 +115,11 @@ func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
 	span.End()
 }
 
-// endWriteSpan ends the store write span with its outcome, and the error
-// status when the write was refused or failed.
-func (o *Observer) endWriteSpan(ctx context.Context, e fencedlock.Event) {
-	span, ok := o.ownSpan(ctx, spanStorePut)
+// endStoreSpan ends the span of a store write (kind spanStorePut) or
+// fence (spanStoreFence) with its outcome, and the error status when the
+// token was refused or the call failed.
+func (o *Observer) endStoreSpan(ctx context.Context, kind spanKind, e fencedlock.Event) {
+	span, ok := o.ownSpan(ctx, kind)
 	if !ok {
 		return
 	}

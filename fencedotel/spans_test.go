@@ -218,6 +218,57 @@ func TestSpansStorePut(t *testing.T) {
 	otAssertErrorEvent(t, puts[1], err)
 }
 
+// A Fence through ObserveStore, and the fenced read of Update, have a
+// span with the resource, the token and the outcome, a child of the
+// caller's; the Redis command of the fence carries it; a stale fence has
+// the error status. Update's fence span ends before its put span starts:
+// fn runs between them.
+func TestSpansStoreFence(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		o := otNew(t)
+		hook := &otSpanHook{}
+		b.Client.AddHook(hook)
+		store := fencedlock.ObserveStore(fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix)), o.obs)
+		ctx, caller := o.tp.Tracer("test").Start(otCtx(t), "caller")
+
+		require.NoError(t, store.Fence(ctx, "doc", 7))
+		err := fencedlock.Update(ctx, store, "doc", 6, func([]byte, bool) ([]byte, error) {
+			t.Error("Update called fn after a stale fence")
+			return nil, nil
+		})
+		require.ErrorIs(t, err, fencedlock.ErrStaleToken)
+		var fnRan time.Time
+		require.NoError(t, fencedlock.Update(ctx, store, "doc", 8, func([]byte, bool) ([]byte, error) {
+			fnRan = time.Now()
+			return []byte("eight"), nil
+		}))
+		caller.End()
+
+		fences := o.ended(fencedotel.SpanStoreFence)
+		require.Len(t, fences, 3, "a Fence and two Updates")
+		for i, want := range []struct {
+			token   int64
+			outcome string
+			status  codes.Code
+		}{{7, "accepted", codes.Unset}, {6, "stale", codes.Error}, {8, "accepted", codes.Unset}} {
+			f := fences[i]
+			assert.Equal(t, caller.SpanContext().SpanID(), f.Parent().SpanID(), "fence %d: a child of the caller's span", i)
+			otAssertAttr(t, f, fencedotel.AttrResource, attribute.StringValue("doc"))
+			otAssertAttr(t, f, fencedotel.AttrToken, attribute.Int64Value(want.token))
+			otAssertAttr(t, f, fencedotel.AttrOutcome, attribute.StringValue(want.outcome))
+			assert.Equal(t, want.status, f.Status().Code, "fence %d", i)
+			assert.Positive(t, hook.sent(f.SpanContext().SpanID()), "fence %d: no Redis command carried its span", i)
+		}
+		otAssertErrorEvent(t, fences[1], err)
+
+		put := otOne(t, o, fencedotel.SpanStorePut)
+		assert.Equal(t, caller.SpanContext().SpanID(), put.Parent().SpanID(), "Update's put is a sibling of its fence")
+		otAssertAttr(t, put, fencedotel.AttrToken, attribute.Int64Value(8))
+		assert.False(t, fences[2].EndTime().After(fnRan), "Update's fence span ended after fn ran")
+		assert.False(t, put.StartTime().Before(fnRan), "Update's put span started before fn ran")
+	})
+}
+
 // A token above math.MaxInt64 is a string attribute, in decimal; one at
 // or below, an int64. None shows as a negative number.
 func TestSpansLargeToken(t *testing.T) {
@@ -280,7 +331,7 @@ func TestSpansHandOver(t *testing.T) {
 func TestSpansNeverEndOthers(t *testing.T) {
 	o := otNew(t)
 	ctx, caller := o.tp.Tracer("test").Start(otCtx(t), "caller")
-	for _, kind := range []fencedlock.EventKind{fencedlock.EventAcquireEnd, fencedlock.EventReleaseEnd, fencedlock.EventStoreWriteEnd} {
+	for _, kind := range []fencedlock.EventKind{fencedlock.EventAcquireEnd, fencedlock.EventReleaseEnd, fencedlock.EventStoreWriteEnd, fencedlock.EventStoreFenceEnd} {
 		got := o.obs.Observe(ctx, fencedlock.Event{Kind: kind, Resource: "r", Token: 1, Outcome: fencedlock.OutcomeAcquired})
 		assert.Equal(t, ctx, got, "%v returns ctx", kind)
 	}
@@ -293,6 +344,7 @@ func TestSpansNeverEndOthers(t *testing.T) {
 		{fencedlock.EventAcquireStart, fencedlock.EventAcquireEnd},
 		{fencedlock.EventReleaseStart, fencedlock.EventReleaseEnd},
 		{fencedlock.EventStoreWriteStart, fencedlock.EventStoreWriteEnd},
+		{fencedlock.EventStoreFenceStart, fencedlock.EventStoreFenceEnd},
 	} {
 		octx := other.obs.Observe(ctx, fencedlock.Event{Kind: c.start, Resource: "r", Token: 1})
 		theirs := trace.SpanFromContext(octx)
@@ -303,7 +355,7 @@ func TestSpansNeverEndOthers(t *testing.T) {
 		assert.False(t, theirs.IsRecording(), "%v of its own Observer did not end the span", c.end)
 	}
 	assert.Empty(t, o.spans.Ended())
-	assert.Len(t, other.spans.Ended(), 3)
+	assert.Len(t, other.spans.Ended(), 4)
 
 	// The span of an operation nested in another of the same kind: each
 	// end ends its own.

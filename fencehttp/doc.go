@@ -2,19 +2,21 @@
 // keeps a fenced resource and the remote clients that write to it while
 // holding a fencedlock lock.
 //
-// The client sends its lock's token with every write in the
-// Fencing-Token [Header]; the service checks it with a [fencedlock.Store]
-// and answers a stale token with 409 Conflict and a problem document (RFC
-// 9457) holding the resource, the rejected token and the current one,
-// which the client turns back into a [*fencedlock.StaleTokenError]. So
-// errors.Is(err, fencedlock.ErrStaleToken) and errors.As(err, &staleErr)
-// work across the wire as they do in one process.
+// The client sends its lock's token in the Fencing-Token [Header] with
+// every write, and with every read whose result it will write back; the
+// service checks it with a [fencedlock.Store] (Put for a write, Fence
+// before a read) and answers a stale token with 409 Conflict and a
+// problem document (RFC 9457) holding the resource, the rejected token
+// and the current one, which the client turns back into a
+// [*fencedlock.StaleTokenError]. So errors.Is(err,
+// fencedlock.ErrStaleToken) and errors.As(err, &staleErr) work across the
+// wire as they do in one process.
 //
 // # Server side
 //
 // [TokenFrom] reads the token of a request; [WriteError] answers an error,
-// its own or the store's. The handler answers the client's other input
-// errors itself:
+// its own or the store's. A write handler puts the body with the token,
+// and answers the client's other input errors itself:
 //
 //	token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
 //	if err != nil {
@@ -32,21 +34,49 @@
 //	}
 //	w.WriteHeader(http.StatusNoContent)
 //
-// A handler that returns a value can send the token it was written with
-// in the same header, with [SetTokenHeader] on w.Header(). [CheckResource]
-// checks a resource name that a request carries; WriteError answers its
-// error with 400.
+// A read is fenced too when the client will write back what it reads:
+// otherwise an older holder's write can land between the client's read
+// and its write, be accepted, and be overwritten by it. The handler
+// raises the fence with the request's token before it reads, so a stale
+// read answers 409 like a stale write, and sends the token that wrote
+// the value in the same header, with [SetTokenHeader] on w.Header():
+//
+//	token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
+//	if err != nil {
+//		fencehttp.WriteError(w, err)
+//		return
+//	}
+//	if err := store.Fence(r.Context(), "order-queue", token); err != nil {
+//		fencehttp.WriteError(w, err) // stale: 409 with the tokens
+//		return
+//	}
+//	value, written, err := store.Get(r.Context(), "order-queue")
+//	if err != nil {
+//		fencehttp.WriteError(w, err) // nothing written yet: 404
+//		return
+//	}
+//	fencehttp.SetTokenHeader(w.Header(), written)
+//	_, _ = w.Write(value)
+//
+// A read only for display, never written back, needs neither the token
+// nor the fence. [CheckResource] checks a resource name that a request
+// carries; WriteError answers its error with 400.
 //
 // # Client side
 //
-// [SetToken] puts the lock's token on a request; [Do] sends it and turns
-// an error response back into an error ([CheckResponse] does that for a
+// [SetToken] puts the lock's token on a request, the GET of a value the
+// client will write back as well as the PUT; [Do] sends it and turns an
+// error response back into an error ([CheckResponse] does that for a
 // response from any other client):
 //
-//	fencehttp.SetToken(req, lock.Token())
+//	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+//	if err != nil {
+//		return err
+//	}
+//	fencehttp.SetToken(req, lock.Token()) // the service fences the read
 //	resp, err := fencehttp.Do(httpClient, req)
 //	if err != nil {
-//		return err // see Errors
+//		return err // see Errors; a stale read is ErrStaleToken too
 //	}
 //	defer resp.Body.Close()
 //
@@ -57,9 +87,10 @@
 // What a client gets back, and what to do:
 //
 //   - [fencedlock.ErrStaleToken], as a [*fencedlock.StaleTokenError] (or a
-//     [*StatusError] when the server sent no usable tokens): a newer
-//     holder has written, so the lock was lost. Acquire again, read
-//     the resource again, redo the write. Its Resource and Current are
+//     [*StatusError] when the server sent no usable tokens), on a write
+//     or a fenced read: a newer holder has written or fenced its read,
+//     so the lock was lost. Acquire again, read the resource again, redo
+//     the write. Its Resource and Current are
 //     the server's word: check the resource, and bound the current token,
 //     before passing it to [fencedlock.Locker.Advance].
 //   - [fencedlock.ErrUnavailable]: no answer (the server cannot be

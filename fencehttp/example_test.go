@@ -15,11 +15,13 @@ import (
 	"github.com/fencedlock/fencedlock/fencehttp"
 )
 
-// A service fences the writes of remote clients; a client whose lock
-// expired gets 409 Conflict and, from CheckResponse, the same
-// *StaleTokenError the store returned on the server.
+// A service fences the writes of remote clients, and the reads they
+// write back; a client whose lock expired gets 409 Conflict, on a write
+// as on a read, and, from CheckResponse, the same *StaleTokenError the
+// store returned on the server.
 func Example() {
-	// The server: PUT /queue stores the body with the request's token.
+	// The server: GET /queue raises the fence with the request's token,
+	// then reads; PUT /queue stores the body with the request's token.
 	store := fencedlock.NewMemoryStore()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
@@ -27,56 +29,92 @@ func Example() {
 			fencehttp.WriteError(w, err)
 			return
 		}
-		// The client's other input errors are the handler's to answer.
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "unreadable or too large body", http.StatusBadRequest)
-			return
+		switch r.Method {
+		case http.MethodGet:
+			if err := store.Fence(r.Context(), "order-queue", token); err != nil {
+				fencehttp.WriteError(w, err) // stale: 409 with both tokens
+				return
+			}
+			value, written, err := store.Get(r.Context(), "order-queue")
+			if err != nil {
+				fencehttp.WriteError(w, err) // nothing written yet: 404
+				return
+			}
+			fencehttp.SetTokenHeader(w.Header(), written)
+			_, _ = w.Write(value)
+		case http.MethodPut:
+			// The client's other input errors are the handler's to answer.
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, "unreadable or too large body", http.StatusBadRequest)
+				return
+			}
+			if err := store.Put(r.Context(), "order-queue", token, body); err != nil {
+				fencehttp.WriteError(w, err) // stale: 409 with both tokens
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		}
-		if err := store.Put(r.Context(), "order-queue", token, body); err != nil {
-			fencehttp.WriteError(w, err) // stale: 409 with both tokens
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
 
-	// The client: every write carries the lock's token.
-	put := func(token fencedlock.Token, value string) error {
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/queue", strings.NewReader(value))
+	// The client: every read it writes back, and every write, carries
+	// the lock's token.
+	call := func(method string, token fencedlock.Token, value string) (string, error) {
+		req, err := http.NewRequestWithContext(context.Background(), method, srv.URL+"/queue", strings.NewReader(value))
 		if err != nil {
-			return err
+			return "", err
 		}
 		fencehttp.SetToken(req, token)
 		resp, err := srv.Client().Do(req)
 		if err != nil {
-			return err
+			return "", err
 		}
 		defer resp.Body.Close()
-		return fencehttp.CheckResponse(resp)
+		if err := fencehttp.CheckResponse(resp); err != nil {
+			return "", err
+		}
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
 	}
 
-	// B, with token 42, writes first; A, whose lock with token 41 expired
-	// while it was paused, writes after it.
-	fmt.Println("B writes with token 42:", put(42, "[1001,1003]"))
-	err := put(41, "[1001,1002]")
+	// A writes with token 41, and pauses; its lock expires, and B, with
+	// token 42, reads.
+	_, err := call(http.MethodPut, 41, "[1001]")
+	fmt.Println("A writes [1001] with token 41:", err)
+	value, err := call(http.MethodGet, 42, "")
+	fmt.Println("B reads with token 42:", value, err)
+
+	// A wakes, and writes between B's read and B's write: B's read raised
+	// the fence to 42, so A's write is refused.
+	_, err = call(http.MethodPut, 41, "[1001,1002]")
 	fmt.Println("A writes with token 41:", err)
 	fmt.Println("stale:", errors.Is(err, fencedlock.ErrStaleToken))
 	var stale *fencedlock.StaleTokenError
 	if errors.As(err, &stale) {
 		fmt.Printf("resource %q, rejected %v, current %v\n", stale.Resource, stale.Token, stale.Current)
 	}
+	// A read with A's token is refused the same way.
+	_, err = call(http.MethodGet, 41, "")
+	fmt.Println("A reads with token 41, stale:", errors.Is(err, fencedlock.ErrStaleToken))
 
-	value, token, err := store.Get(context.Background(), "order-queue")
+	_, err = call(http.MethodPut, 42, "[1001,1003]")
+	fmt.Println("B writes [1001,1003] with token 42:", err)
+	stored, token, err := store.Get(context.Background(), "order-queue")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("the store holds %s, written with token %v\n", value, token)
+	fmt.Printf("the store holds %s, written with token %v\n", stored, token)
 	// Output:
-	// B writes with token 42: <nil>
+	// A writes [1001] with token 41: <nil>
+	// B reads with token 42: [1001] <nil>
 	// A writes with token 41: fencedlock: stale fencing token 41 for resource "order-queue": store holds 42
 	// stale: true
 	// resource "order-queue", rejected 41, current 42
+	// A reads with token 41, stale: true
+	// B writes [1001,1003] with token 42: <nil>
 	// the store holds [1001,1003], written with token 42
 }
 

@@ -1,23 +1,30 @@
 // Command orderservice tells the story of examples/orderqueue over HTTP.
-// An order service keeps the order queue in a fenced store and takes
-// writes over HTTP. Two workers lock the queue on Redis and send their
-// lock's token with every write, in the Fencing-Token header (package
-// fencehttp).
+// An order service keeps the order queue in a fenced store and serves it
+// over HTTP. Workers lock the queue on Redis and send their lock's token,
+// in the Fencing-Token header (package fencehttp), with every write and
+// with every read whose result they write back: the service raises the
+// store's fence with the token before it reads (Store.Fence, then Get),
+// and answers a stale token with 409 Conflict, on a read as on a write.
 //
 // Each change to the queue is one call of update, a small bounded loop to
-// copy: acquire the lock, read the queue, change it, write it with the
-// lock's token, release; when the write is refused as stale, start over
+// copy: acquire the lock, GET the queue, change it, PUT it with the lock's
+// token, release; when the GET or the PUT is refused as stale, start over
 // with a new lock and a fresh read, at most three times.
 //
 // Worker A adds an order. Adding the next, it reads the queue and pauses
 // (a GC pause, a stop-the-world) for longer than the lock's TTL. Worker B
-// acquires the expired lock and adds its order. A wakes up, still
-// believes it holds the lock, and sends its write: the service refuses it
-// with 409 Conflict, which A's client turns back into a
-// *fencedlock.StaleTokenError. A's update acquires again, reads the queue
-// again and retries, so no order is lost. Last, worker C's bad requests
-// (no token, a body that is not a JSON array, a body too large) are
-// refused with 400 and 413, which update would not retry.
+// acquires the expired lock and reads the queue, which raises the fence
+// to B's token. A wakes up, still believes it holds the lock, and sends
+// its write between B's read and B's write: the service refuses it with
+// 409 Conflict, which A's client turns back into a
+// *fencedlock.StaleTokenError. Had B's read not been fenced, A's write
+// would have been accepted, and then overwritten by B's. B writes, and
+// A's update acquires again, reads the queue again and adds its order.
+// Then A pauses between taking the lock and reading: B adds an order, and
+// A's read, sent with its old token, is refused with 409 too. Last,
+// worker C's bad requests (no token, a body that is not a JSON array, a
+// body too large) are refused with 400 and 413, which update would not
+// retry.
 //
 // The service runs on a loopback port, the locks on an embedded
 // miniredis; the pause moves miniredis's clock forward. The program exits
@@ -75,7 +82,8 @@ func run() (err error) {
 	// The order service, with the queue in its own fenced store. A
 	// MemoryStore stands for the service's database: any fencedlock.Store
 	// will do.
-	srv, err := startServer(&service{store: fencedlock.NewMemoryStore()})
+	svc := &service{store: fencedlock.NewMemoryStore()}
+	srv, err := startServer(svc)
 	if err != nil {
 		return fmt.Errorf("starting the order service: %w", err)
 	}
@@ -103,7 +111,8 @@ func run() (err error) {
 	defer api.client.CloseIdleConnections()
 
 	fmt.Printf("The order service at %s keeps %q in a fenced store.\n", api.url, resource)
-	fmt.Printf("Workers lock it on an embedded miniredis (TTL %v) and send the lock's token in the %s header.\n\n", ttl, fencehttp.Header)
+	fmt.Printf("Workers lock it on an embedded miniredis (TTL %v) and send the lock's token in the %s header,\n", ttl, fencehttp.Header)
+	fmt.Printf("on every PUT and on every GET of a queue they will write back: the service fences before it reads.\n\n")
 	// The Locker logs with slog: at Warn, what goes wrong where no caller
 	// hears of it (a lock found lost, a failed heartbeat refresh); at
 	// Debug, every grant, wait, release and hand-over. Here Warn and
@@ -117,7 +126,7 @@ func run() (err error) {
 			return a
 		},
 	}))
-	s := story{locker: fencedlock.New(rdb, fencedlock.WithLogger(logger)), api: api, pause: mr.FastForward}
+	s := story{locker: fencedlock.New(rdb, fencedlock.WithLogger(logger)), api: api, pause: mr.FastForward, store: svc.store}
 	return s.tell(context.Background())
 }
 
@@ -127,27 +136,16 @@ func run() (err error) {
 type story struct {
 	locker *fencedlock.Locker
 	api    *queueAPI
-	pause  func(time.Duration) // stands for A's stop-the-world pause
+	pause  func(time.Duration) // stands for A's stop-the-world pauses
+	store  fencedlock.Store    // the service's store, for the final check only
 
-	// For the story's checks: the token of each worker's latest lock, and
-	// the stale refusals update retried after.
-	tokens  map[string]fencedlock.Token
-	refused []refusal
-}
-
-// refusal is a write the service refused as stale: the status and
-// CheckResponse's error.
-type refusal struct {
-	status int
-	err    error
+	lastToken fencedlock.Token // the token of the latest lock begin took, for the story's checks
 }
 
 func (s *story) tell(ctx context.Context) error {
-	s.tokens = map[string]fencedlock.Token{}
-
-	// A adds order 1001.
+	fmt.Println("A adds order 1001.")
 	var initial []int
-	err := s.update(ctx, "A", func(q []int) ([]int, error) {
+	_, err := s.update(ctx, "A", func(q []int) ([]int, error) {
 		initial = slices.Clone(q)
 		return append(q, 1001), nil
 	})
@@ -155,145 +153,210 @@ func (s *story) tell(ctx context.Context) error {
 		return fmt.Errorf("worker A's first update: %w", err)
 	}
 
-	// A adds order 1002. Between its read and its write, a pause outlasts
-	// its lock's TTL: B acquires the expired lock and adds order 1003.
-	// A's write is refused with 409, which CheckResponse turns back into
-	// the store's *StaleTokenError; update starts over, with a new lock
-	// and a fresh read, so no order is lost.
-	var aToken, bToken fencedlock.Token
-	err = s.update(ctx, "A", func(q []int) ([]int, error) {
-		if aToken == 0 { // the first attempt only
-			aToken = s.tokens["A"]
-			b, err := s.meanwhile(ctx, aToken)
-			if err != nil {
-				return nil, err
-			}
-			bToken = b
-		}
-		return append(q, 1002), nil
-	})
-	if err != nil {
-		return fmt.Errorf("worker A's second update: %w", err)
+	if err := s.staleWrite(ctx); err != nil {
+		return err
 	}
-	if len(s.refused) == 0 {
-		return errors.New("the service accepted A's stale write: order 1003 is lost")
+	if err := s.staleRead(ctx); err != nil {
+		return err
 	}
-	r := s.refused[0]
-	var stale *fencedlock.StaleTokenError
-	switch {
-	case len(s.refused) > 1:
-		return fmt.Errorf("worker A's writes were refused %d times, want once: %w", len(s.refused), s.refused[len(s.refused)-1].err)
-	case !errors.As(r.err, &stale):
-		return fmt.Errorf("worker A's stale write was refused without a *fencedlock.StaleTokenError: %w", r.err)
-	case r.status != http.StatusConflict:
-		return fmt.Errorf("worker A's stale write got status %d, want 409", r.status)
-	case stale.Resource != resource || stale.Token != aToken || stale.Current != bToken:
-		return fmt.Errorf("the rejection reports %q, tokens %v < %v; want %q, %v < %v", stale.Resource, stale.Token, stale.Current, resource, aToken, bToken)
-	case s.tokens["A"] <= bToken:
-		return fmt.Errorf("worker A's new token %v is not higher than B's %v", s.tokens["A"], bToken)
-	}
-
 	if err := s.badRequests(ctx); err != nil {
 		return err
 	}
 
-	final, _, err := s.api.get(ctx)
+	final, _, err := s.store.Get(ctx, resource)
 	if err != nil {
-		return fmt.Errorf("reading the final queue: %w", err)
+		return fmt.Errorf("reading the final queue from the service's store: %w", err)
 	}
-	want := append(initial, 1001, 1003, 1002)
-	if !slices.Equal(final, want) {
-		return fmt.Errorf("the queue holds %s, want %s", show(final), show(want))
+	want := encode(append(initial, 1001, 1003, 1002, 1005, 1004))
+	if string(final) != string(want) {
+		return fmt.Errorf("the queue holds %s, want %s", final, want)
 	}
-	fmt.Printf("\nOK: the stale write was refused with 409 and no order was lost: the queue holds %s\n", show(final))
+	fmt.Printf("\nOK: the stale write and the stale read were refused with 409, and no order was lost: the queue holds %s\n", final)
 	return nil
 }
 
-// meanwhile is what happens while A, holding the lock with aToken, is
-// paused: its lock expires, and B adds order 1003. It returns B's token.
-func (s *story) meanwhile(ctx context.Context, aToken fencedlock.Token) (fencedlock.Token, error) {
+// staleWrite tells the first pause. A adds order 1002: it reads the
+// queue and pauses before its PUT. B reads the queue, raising the fence
+// to its token, and A's PUT lands between B's read and B's write: 409.
+// B writes order 1003, and A's update starts over and adds 1002.
+func (s *story) staleWrite(ctx context.Context) error {
+	fmt.Println("\nA adds order 1002, and pauses between its read and its write.")
+	a, err := s.begin(ctx, "A", func(q []int) ([]int, error) { return append(q, 1002), nil })
+	if err != nil {
+		return fmt.Errorf("worker A's read: %w", err)
+	}
+	s.pauseA()
+	b, err := s.begin(ctx, "B", func(q []int) ([]int, error) { return append(q, 1003), nil })
+	if err != nil {
+		return fmt.Errorf("worker B's read: %w", err)
+	}
+	if b.lock.Token() <= a.lock.Token() {
+		return fmt.Errorf("worker B's token %v is not higher than A's %v", b.lock.Token(), a.lock.Token())
+	}
+	say("A", "wakes up, still believes it holds the lock with token %v (B's is %v), and sends its write between B's GET and B's PUT", a.lock.Token(), b.lock.Token())
+	say("--", "without the fence B's GET raised, the service would accept it, and B's PUT would then overwrite order 1002")
+	status, err := s.commit(ctx, a)
+	if err := checkStale("A's write", status, err, a.lock.Token(), b.lock.Token()); err != nil {
+		return err
+	}
+	if _, err := s.commit(ctx, b); err != nil {
+		return fmt.Errorf("worker B's write: %w", err)
+	}
+
+	say("A", "errors.Is(err, fencedlock.ErrStaleToken): the lock is lost; update re-acquires, re-reads and retries")
+	attempts, err := s.update(ctx, "A", func(q []int) ([]int, error) { return append(q, 1002), nil })
+	if err != nil || attempts != 1 {
+		return fmt.Errorf("worker A's retry: %v after %d attempts, want success at the first", err, attempts)
+	}
+	return nil
+}
+
+// staleRead tells the second pause. A adds order 1004: it takes the lock
+// and pauses before its GET. B adds order 1005, and A's GET, sent with
+// its old token, is refused with 409, so A never writes from it: its
+// update starts over.
+func (s *story) staleRead(ctx context.Context) error {
+	fmt.Println("\nA adds order 1004, and pauses between taking the lock and reading.")
+	a, err := s.locker.TryAcquire(ctx, resource, ttl)
+	if err != nil {
+		return fmt.Errorf("worker A could not acquire the lock: %w", err)
+	}
+	say("A", "acquired the lock with token %v", a.Token())
+	s.pauseA()
+	var bToken fencedlock.Token
+	_, err = s.update(ctx, "B", func(q []int) ([]int, error) { return append(q, 1005), nil })
+	if err != nil {
+		return fmt.Errorf("worker B's update: %w", err)
+	}
+	bToken = s.lastToken
+	say("A", "wakes up, still believes it holds the lock with token %v (B's was %v), and reads", a.Token(), bToken)
+	_, _, status, err := s.read(ctx, "A", a.Token())
+	if err := checkStale("A's read", status, err, a.Token(), bToken); err != nil {
+		return err
+	}
+	s.release(ctx, "A", a)
+	say("A", "errors.Is(err, fencedlock.ErrStaleToken): the lock is lost; update re-acquires, re-reads and retries")
+	attempts, err := s.update(ctx, "A", func(q []int) ([]int, error) { return append(q, 1004), nil })
+	if err != nil || attempts != 1 {
+		return fmt.Errorf("worker A's retry: %v after %d attempts, want success at the first", err, attempts)
+	}
+	return nil
+}
+
+// checkStale returns nil when the request named what got 409 and a
+// *fencedlock.StaleTokenError for resource with token and current, and
+// an error saying what it got otherwise.
+func checkStale(what string, status int, err error, token, current fencedlock.Token) error {
+	var stale *fencedlock.StaleTokenError
+	switch {
+	case err == nil:
+		return fmt.Errorf("the service accepted %s with a stale token", what)
+	case !errors.As(err, &stale):
+		return fmt.Errorf("%s was refused without a *fencedlock.StaleTokenError: %w", what, err)
+	case status != http.StatusConflict:
+		return fmt.Errorf("%s got status %d, want 409", what, status)
+	case stale.Resource != resource || stale.Token != token || stale.Current != current:
+		return fmt.Errorf("the rejection of %s reports %q, tokens %v < %v; want %q, %v < %v", what, stale.Resource, stale.Token, stale.Current, resource, token, current)
+	}
+	return nil
+}
+
+// pauseA is A's stop-the-world pause, past its lock's TTL.
+func (s *story) pauseA() {
 	pause := ttl + time.Second
 	say("A", "pauses (GC, stop-the-world) for %v, longer than the %v TTL; its lock expires in Redis", pause, ttl)
 	s.pause(pause)
-
-	// B finds the lock free and gets a higher token.
-	err := s.update(ctx, "B", func(q []int) ([]int, error) { return append(q, 1003), nil })
-	if err != nil {
-		return 0, fmt.Errorf("worker B's update: %w", err)
-	}
-	bToken := s.tokens["B"]
-	if bToken <= aToken {
-		return 0, fmt.Errorf("worker B's token %v is not higher than A's %v", bToken, aToken)
-	}
-	say("A", "wakes up, still believes it holds the lock with token %v (B's is %v), and sends its write", aToken, bToken)
-	return bToken, nil
 }
 
 // maxAttempts bounds update's attempts.
 const maxAttempts = 3
 
 // update is how a worker changes the queue: acquire the lock, GET the
-// queue, apply change, PUT the result with the lock's token, release.
-// When the service refuses the PUT as stale (errors.Is(err,
-// fencedlock.ErrStaleToken): the lock expired, in a pause say, and
-// another worker wrote since), the queue it read is out of date: update
-// starts over with a new lock and a fresh read, at most maxAttempts times
-// in all. Any other error ends it at once: a 400 or a 413, a
-// *fencehttp.StatusError that matches no sentinel, means the request is
-// wrong, and sending it again would not help.
-func (s *story) update(ctx context.Context, who string, change func(q []int) ([]int, error)) error {
+// queue with the lock's token, apply change, PUT the result with the
+// lock's token, release. When the service refuses the GET or the PUT as
+// stale (errors.Is(err, fencedlock.ErrStaleToken): the lock expired, in a
+// pause say, and another worker has read or written since), the queue it
+// read is out of date, or about to be: update starts over with a new lock
+// and a fresh read, at most maxAttempts times in all. Any other error
+// ends it at once: a 400 or a 413, a *fencehttp.StatusError that matches
+// no sentinel, means the request is wrong, and sending it again would not
+// help. It returns the number of attempts it made.
+func (s *story) update(ctx context.Context, who string, change func(q []int) ([]int, error)) (int, error) {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		if attempt > 1 {
 			say(who, "errors.Is(err, fencedlock.ErrStaleToken): the lock is lost; re-acquire, re-read, retry (attempt %d of %d)", attempt, maxAttempts)
 		}
-		err = s.updateOnce(ctx, who, change)
+		var p *pending
+		p, err = s.begin(ctx, who, change)
+		if err == nil {
+			_, err = s.commit(ctx, p)
+		}
 		if !errors.Is(err, fencedlock.ErrStaleToken) {
-			return err // nil, or not worth retrying
+			return attempt, err // nil, or not worth retrying
 		}
 	}
-	return fmt.Errorf("gave up after %d attempts: %w", maxAttempts, err)
+	return maxAttempts, fmt.Errorf("gave up after %d attempts: %w", maxAttempts, err)
 }
 
-// updateOnce is one attempt of update.
-func (s *story) updateOnce(ctx context.Context, who string, change func(q []int) ([]int, error)) (err error) {
+// pending is a worker's change between its read and its write: the lock
+// it holds, and the queue it will PUT.
+type pending struct {
+	who  string
+	lock *fencedlock.Lock
+	q    []int
+}
+
+// begin acquires the lock, GETs the queue with the lock's token, and
+// applies change. On success the caller commits the pending change; on
+// failure the lock is released.
+func (s *story) begin(ctx context.Context, who string, change func(q []int) ([]int, error)) (*pending, error) {
 	// A worker that may find the lock held would wait for it with
 	// s.locker.Acquire and a deadline on ctx.
 	lock, err := s.locker.TryAcquire(ctx, resource, ttl)
 	if err != nil {
-		return fmt.Errorf("acquiring the lock: %w", err)
+		return nil, fmt.Errorf("acquiring the lock: %w", err)
 	}
-	s.tokens[who] = lock.Token()
+	s.lastToken = lock.Token()
 	say(who, "acquired the lock with token %v", lock.Token())
-	defer func() {
-		// Released even when ctx is done, within a second.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		switch rerr := lock.Release(rctx); {
-		case rerr == nil:
-			say(who, "released the lock")
-		case errors.Is(rerr, fencedlock.ErrLockLost):
-			say(who, "released nothing: the lock was lost")
-		case err == nil:
-			err = fmt.Errorf("releasing the lock: %w", rerr)
-		}
-	}()
+	q, _, _, err := s.read(ctx, who, lock.Token())
+	if err == nil {
+		q, err = change(q)
+	}
+	if err != nil {
+		s.release(ctx, who, lock)
+		return nil, err
+	}
+	return &pending{who: who, lock: lock, q: q}, nil
+}
 
-	q, _, err := s.read(ctx, who)
+// commit PUTs p's queue with its lock's token, releases the lock, and
+// returns the PUT's status and error.
+func (s *story) commit(ctx context.Context, p *pending) (int, error) {
+	status, err := s.api.put(ctx, p.lock.Token(), p.q)
+	say(p.who, "PUT /queue %s with %s: %v: %d %s", show(p.q), fencehttp.Header, p.lock.Token(), status, http.StatusText(status))
 	if err != nil {
-		return err
+		say(p.who, "CheckResponse returns a %T: %v", err, err)
+		err = fmt.Errorf("writing the queue: %w", err)
 	}
-	if q, err = change(q); err != nil {
-		return err
+	if rerr := s.release(ctx, p.who, p.lock); err == nil {
+		err = rerr
 	}
-	status, err := s.api.put(ctx, lock.Token(), q)
-	say(who, "PUT /queue %s with %s: %v: %d %s", show(q), fencehttp.Header, lock.Token(), status, http.StatusText(status))
-	if err != nil {
-		if errors.Is(err, fencedlock.ErrStaleToken) {
-			s.refused = append(s.refused, refusal{status, err})
-		}
-		say(who, "CheckResponse returns a %T: %v", err, err)
-		return fmt.Errorf("writing the queue: %w", err)
+	return status, err
+}
+
+// release releases lock, even when ctx is done, within a second. A lock
+// found lost is no error: a refused read or write said so already.
+func (s *story) release(ctx context.Context, who string, lock *fencedlock.Lock) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	switch err := lock.Release(rctx); {
+	case err == nil:
+		say(who, "released the lock")
+	case errors.Is(err, fencedlock.ErrLockLost):
+		say(who, "released nothing: the lock was lost")
+	default:
+		return fmt.Errorf("releasing the lock: %w", err)
 	}
 	return nil
 }
@@ -304,11 +367,16 @@ func (s *story) updateOnce(ctx context.Context, who string, change func(q []int)
 // the service itself: a *fencehttp.StatusError that matches no sentinel,
 // which update does not retry.
 func (s *story) badRequests(ctx context.Context) error {
+	fmt.Println("\nC sends bad requests.")
 	status, err := s.api.put(ctx, 0, []int{9999})
 	if status != http.StatusBadRequest || !errors.Is(err, fencedlock.ErrInvalidToken) {
 		return fmt.Errorf("a PUT without a %s header got status %d, %v; want 400 and ErrInvalidToken", fencehttp.Header, status, err)
 	}
 	say("C", "(holds no lock) sends PUT /queue without a %s header: %d %s, errors.Is(err, fencedlock.ErrInvalidToken)", fencehttp.Header, status, http.StatusText(status))
+	_, _, status, err = s.read(ctx, "C", 0)
+	if status != http.StatusBadRequest || !errors.Is(err, fencedlock.ErrInvalidToken) {
+		return fmt.Errorf("a GET without a %s header got status %d, %v; want 400 and ErrInvalidToken", fencehttp.Header, status, err)
+	}
 
 	lock, err := s.locker.TryAcquire(ctx, resource, ttl)
 	if err != nil {
@@ -328,9 +396,7 @@ func (s *story) badRequests(ctx context.Context) error {
 	say("C", "released the lock")
 
 	// Too many orders at once: more than 1 MiB of JSON.
-	attempts := 0
-	err = s.update(ctx, "C", func(q []int) ([]int, error) {
-		attempts++
+	attempts, err := s.update(ctx, "C", func(q []int) ([]int, error) {
 		for len(q) < maxBody/4 {
 			q = append(q, 9999)
 		}
@@ -354,25 +420,34 @@ func matchesSentinel(err error) bool {
 	return false
 }
 
-// read GETs the queue and the token it was written with.
-func (s *story) read(ctx context.Context, who string) ([]int, fencedlock.Token, error) {
-	q, token, err := s.api.get(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading the queue: %w", err)
-	}
+// read GETs the queue with token, and returns it with the token that
+// wrote it, the response's status, and CheckResponse's error; an empty
+// queue and the zero token before the first write.
+func (s *story) read(ctx context.Context, who string, token fencedlock.Token) ([]int, fencedlock.Token, int, error) {
+	q, written, status, err := s.api.get(ctx, token)
+	sent := fmt.Sprintf("GET /queue with %s: %v", fencehttp.Header, token)
 	if token == 0 {
-		say(who, "GET /queue: 404, empty")
-	} else {
-		say(who, "GET /queue: %s, written with token %v", show(q), token)
+		sent = fmt.Sprintf("GET /queue without a %s header", fencehttp.Header)
 	}
-	return q, token, nil
+	switch {
+	case err != nil:
+		say(who, "%s: %d %s", sent, status, http.StatusText(status))
+		say(who, "CheckResponse returns a %T: %v", err, err)
+		return nil, 0, status, fmt.Errorf("reading the queue: %w", err)
+	case written == 0:
+		say(who, "%s: 404, empty", sent)
+	default:
+		say(who, "%s: %s, written with token %v", sent, show(q), written)
+	}
+	return q, written, status, nil
 }
 
-// service is the order service. GET /queue returns the queue with the
-// token that wrote it in the Fencing-Token header, or 404 before the
-// first write. PUT /queue stores the body, a JSON array of order numbers,
-// if the request's Fencing-Token is at least the one that wrote the
-// queue, and answers 409 Conflict otherwise.
+// service is the order service. GET /queue raises the store's fence to
+// the request's Fencing-Token, then returns the queue with the token
+// that wrote it in the Fencing-Token header, or 404 before the first
+// write. PUT /queue stores the body, a JSON array of order numbers. Both
+// answer 409 Conflict when the request's token is below the fence: the
+// highest token that has read or written the queue.
 type service struct {
 	store fencedlock.Store
 }
@@ -383,14 +458,7 @@ const maxBody = 1 << 20
 func (s *service) queue(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
-		value, token, err := s.store.Get(r.Context(), resource)
-		if err != nil {
-			fencehttp.WriteError(w, err) // ErrNotFound: 404
-			return
-		}
-		fencehttp.SetTokenHeader(w.Header(), token)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(value)
+		s.get(w, r)
 	case http.MethodPut:
 		s.put(w, r)
 	default:
@@ -399,8 +467,31 @@ func (s *service) queue(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// get fences the queue with the request's token, then reads it: the
+// client will write back what it reads, so no lower token may write in
+// between. A stale token answers 409, as for a write.
+func (s *service) get(w http.ResponseWriter, r *http.Request) {
+	token, err := fencehttp.TokenFrom(r) // missing or malformed: 400
+	if err != nil {
+		fencehttp.WriteError(w, err)
+		return
+	}
+	if err := s.store.Fence(r.Context(), resource, token); err != nil {
+		fencehttp.WriteError(w, err) // stale: 409 with both tokens
+		return
+	}
+	value, written, err := s.store.Get(r.Context(), resource)
+	if err != nil {
+		fencehttp.WriteError(w, err) // nothing written yet: 404
+		return
+	}
+	fencehttp.SetTokenHeader(w.Header(), written)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(value)
+}
+
 // put checks the request's token and body, and stores the body with the
-// token; the store refuses a token lower than the queue's. Errors in the
+// token; the store refuses a token below the fence. Errors in the
 // body are the client's, and answered here: WriteError answers the
 // token's and the store's.
 func (s *service) put(w http.ResponseWriter, r *http.Request) {
@@ -474,34 +565,38 @@ type queueAPI struct {
 	url    string
 }
 
-// get returns the queue and the token that wrote it; an empty queue and
-// the zero token before the first write.
-func (c *queueAPI) get(ctx context.Context) ([]int, fencedlock.Token, error) {
+// get GETs the queue with token (the zero token sends no Fencing-Token
+// header), and returns it with the token that wrote it, the response's
+// status, and the error CheckResponse makes of a refusal: a
+// *fencedlock.StaleTokenError for 409. Before the first write it returns
+// an empty queue and the zero token.
+func (c *queueAPI) get(ctx context.Context, token fencedlock.Token) ([]int, fencedlock.Token, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
+	fencehttp.SetToken(req, token) // the service fences the read with it
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer resp.Body.Close()
 	err = fencehttp.CheckResponse(resp)
 	if errors.Is(err, fencedlock.ErrNotFound) {
-		return nil, 0, nil
+		return nil, 0, resp.StatusCode, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, resp.StatusCode, err
 	}
-	token, err := fencehttp.TokenFromHeader(resp.Header)
+	written, err := fencehttp.TokenFromHeader(resp.Header)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, resp.StatusCode, err
 	}
 	var q []int
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&q); err != nil {
-		return nil, 0, fmt.Errorf("decoding the queue: %w", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBody)).Decode(&q); err != nil {
+		return nil, 0, resp.StatusCode, fmt.Errorf("decoding the queue: %w", err)
 	}
-	return q, token, nil
+	return q, written, resp.StatusCode, nil
 }
 
 // put stores q with token (the zero token sends no Fencing-Token header)
