@@ -288,7 +288,11 @@ func (r *scenarioRun) saveHistory(history []op) {
 	if r.ledger != nil {
 		var b strings.Builder
 		for _, e := range r.ledger.snapshot() {
-			fmt.Fprintf(&b, "%s %s token=%d value=%q accepted=%v current=%d err=%q\n", wallTime(e.At), e.Resource, e.Token, e.Value, e.Accepted, e.Current, e.Err)
+			kind := "put"
+			if e.Fence {
+				kind = "fence"
+			}
+			fmt.Fprintf(&b, "%s %s %s token=%d value=%q accepted=%v current=%d err=%q\n", wallTime(e.At), kind, e.Resource, e.Token, e.Value, e.Accepted, e.Current, e.Err)
 		}
 		lpath := filepath.Join(dir, r.sc.name+"-ledger.txt")
 		if err := os.WriteFile(lpath, []byte(b.String()), 0o644); err == nil {
