@@ -20,8 +20,9 @@
 // with an Unknown answer, either, or nothing, as for a Put.
 //
 // A Get returns the stored value and the token that wrote it (not the
-// fence), or NotFound before the first accepted Put, fences or not. Gets
-// with an Unknown answer say nothing and are dropped.
+// fence), or NotFound before the first accepted Put, fences or not. A Get
+// whose client did not learn the token (Token 0) is checked by its value
+// alone. Gets with an Unknown answer say nothing and are dropped.
 //
 // A history is legal when it is linearizable with respect to that register
 // (checked with porcupine): every call took effect at one instant between
@@ -74,9 +75,13 @@ type Op struct {
 	Call     int64
 	Return   int64
 	Outcome  Outcome
-	Token    fencedlock.Token // Put: written with; Fence: raised to; Get: read
-	Value    string           // Put: written (unique per resource); Get: read
-	Current  fencedlock.Token // Put or Fence refused as Stale: the store's fence
+	// Token is the token a Put was written with, or a Fence raised to, or
+	// the token a Get read: 0 when the client read the value without it
+	// (fencedlock.Update gives fn the value alone); the value, unique per
+	// resource, still names the write it read.
+	Token   fencedlock.Token
+	Value   string           // Put: written (unique per resource); Get: read
+	Current fencedlock.Token // Put or Fence refused as Stale: the store's fence
 	// Final marks a Get made once no write could land any more: Unknown
 	// Puts and Fences take effect before it, if at all.
 	Final bool
@@ -193,7 +198,7 @@ func step(s state, in input, out output) []any {
 	}
 	switch out.Outcome {
 	case OK:
-		if s.Written && s.Value == out.Value && s.Token == out.Token {
+		if s.Written && s.Value == out.Value && (s.Token == out.Token || out.Token == 0) {
 			return []any{s}
 		}
 	case NotFound:

@@ -105,6 +105,10 @@ func TestCheckRules(t *testing.T) {
 		{"an unknown write that never landed before the final reads", []history.Op{put(10, "a", 1, 2), unknownPut(11, "b", 3, 4),
 			final(get(10, "a", 10, 11))}, true},
 
+		{"a read without its token matches by value", []history.Op{put(5, "a", 1, 2), put(6, "b", 3, 4), get(0, "b", 5, 6)}, true},
+		{"a read without its token of an overwritten value", []history.Op{put(5, "a", 1, 2), put(6, "b", 3, 4), get(0, "a", 5, 6)}, false},
+		{"a read without its token of a value never written", []history.Op{put(5, "a", 1, 2), get(0, "zzz", 3, 4)}, false},
+
 		// Fences: a Fence raises the fence and writes no value.
 		{"fence accepted; reads return the writer's token, not the fence", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4),
 			get(5, "a", 5, 6), fence(7, 7, 8), put(7, "b", 9, 10), get(7, "b", 11, 12)}, true},
