@@ -353,6 +353,15 @@ func TestScenariosAreValid(t *testing.T) {
 		{name: "flushall-sentinel", topology: topoSentinel, store: storeMemory, faults: []string{faultFlushAll}},
 		{name: "replicas-single", topology: topoSingle, store: storeMemory, replicas: 1},
 		{name: "sigstop-alone", topology: topoSingle, store: storeMemory, faults: []string{faultSigstop}},
+		{name: "register-sqlite", topology: topoSingle, store: storeSQLite},
+		{name: "late-write-sqlite", topology: topoSingle, store: storeSQLite, workload: workloadAppend, faults: []string{faultLateWrite}},
+		{name: "store-proxy-sqlite", topology: topoSingle, store: storeSQLite, workload: workloadAppend, faults: []string{faultStoreProxy}},
+		{name: "store-proxy-http", topology: topoSingle, store: storeMemory, workload: workloadAppend, faults: []string{faultStoreProxy}},
+		{name: "children-postgres", topology: topoSingle, store: storePostgres, workload: workloadAppend, children: 2, faults: []string{faultSigstop}},
+		{name: "late-reply-append", topology: topoSingle, store: storeMemory, workload: workloadAppend, faults: []string{faultLateReply}},
+		{name: "get-put-unfenced", topology: topoSingle, store: storeUnfenced, workload: workloadGetPut, negative: true},
+		{name: "get-put-direct", topology: topoSingle, store: storeDirect, workload: workloadGetPut},
+		{name: "unknown-workload", topology: topoSingle, store: storeMemory, workload: "appendx"},
 	} {
 		if err := sc.validate(); err == nil {
 			t.Errorf("%s: validated", sc.name)
