@@ -37,6 +37,11 @@ const (
 	appendWork         = 150 * time.Millisecond
 	appendOvershootMin = 10 * time.Millisecond
 	appendOvershootMax = 100 * time.Millisecond
+	// updateCallFor bounds each store call of an update: below
+	// lateWriteHold, so that the client of a request held in the network
+	// gives up before the request lands (the HTTP client's and the Redis
+	// client's own timeouts are shorter still).
+	updateCallFor = 600 * time.Millisecond
 )
 
 // The workloads a client runs (clientSpec.Workload).
@@ -124,7 +129,7 @@ func (w *worker) appendItem(ctx context.Context, res string, token fencedlock.To
 // Put with token, without the Fence that Update makes first. The Get is
 // recorded here; the Put by rec, through store.
 func (w *worker) getThenPut(ctx context.Context, store fencedlock.Store, res string, token fencedlock.Token, fn func([]byte, bool) ([]byte, error), rec *updateRecorder) error {
-	gctx, cancel := context.WithTimeout(ctx, storeCallFor)
+	gctx, cancel := context.WithTimeout(ctx, updateCallFor)
 	o := op{Client: w.spec.ID, Resource: res, Kind: opGet, Call: now()}
 	value, tok, err := store.Get(gctx, res)
 	cancel()
@@ -146,7 +151,7 @@ func (w *worker) getThenPut(ctx context.Context, store fencedlock.Store, res str
 // fencedlock.Observer of the store the update goes through
 // (fencedlock.ObserveStore), which reports the Fence (Update's fenced
 // read: one call to a store that fences and reads in one step, else Fence
-// then Get) and the Put, and it bounds each of them by storeCallFor. fn
+// then Get) and the Put, and it bounds each of them by updateCallFor. fn
 // records the read, and tells it the value written. One goroutine uses it:
 // the observed store calls it in turn.
 type updateRecorder struct {
@@ -165,7 +170,7 @@ func (r *updateRecorder) Observe(ctx context.Context, e fencedlock.Event) contex
 	switch e.Kind {
 	case fencedlock.EventStoreFenceStart, fencedlock.EventStoreWriteStart:
 		r.call = now()
-		ctx, r.cancel = context.WithTimeout(ctx, storeCallFor)
+		ctx, r.cancel = context.WithTimeout(ctx, updateCallFor)
 	case fencedlock.EventStoreFenceEnd, fencedlock.EventStoreWriteEnd:
 		r.cancel()
 		o := op{Client: r.w.spec.ID, Resource: e.Resource, Kind: opFence, Token: e.Token, Call: r.call}

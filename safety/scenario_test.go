@@ -13,8 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/internal/mysqltest"
-	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -180,9 +178,6 @@ var scenarios = []scenario{
 // with -safety.report).
 func TestSafety(t *testing.T) {
 	cfg := loadConfig(t)
-	// The SQL scenarios share one server of each kind (sqlstore_test.go).
-	t.Cleanup(pgtest.StopShared)
-	t.Cleanup(mysqltest.StopShared)
 	var sums []summary
 	for i, sc := range scenarios {
 		sc, seed := sc, cfg.seed+int64(i)

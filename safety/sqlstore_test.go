@@ -23,9 +23,8 @@ import (
 
 // The SQL stores: package sqlstore on SQLite (a file in the test's
 // temporary directory, which every client opens: no network), PostgreSQL
-// and MariaDB (servers of pgtest and mysqltest, shared by the scenarios
-// of the test binary and stopped when TestSafety ends, each scenario on a
-// table of its own). The clients call their Store themselves, each with a
+// and MariaDB (a server of pgtest or mysqltest for the scenario, stopped
+// at its end). The clients call their Store themselves, each with a
 // database handle of its own; on PostgreSQL and MariaDB through a fault
 // proxy, the store proxy of the nemesis. The final reads use a handle
 // without the proxy.
@@ -57,7 +56,7 @@ func (r *scenarioRun) setupSQLStore() {
 		b.dialect = sqlstore.SQLite
 		b.open = func(bool) (*sql.DB, error) { return sql.Open("sqlite", sqliteDSN(path)) }
 	case storePostgres:
-		srv := pgtest.Shared(t)
+		srv := pgtest.Start(t)
 		p := redistest.NewProxy(t, srv.Addr())
 		r.nem.storeProxy, r.storeAddr = p, p.Addr()
 		b.dialect = sqlstore.Postgres
@@ -73,7 +72,7 @@ func (r *scenarioRun) setupSQLStore() {
 			return sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=%s dbname=postgres sslmode=disable connect_timeout=2", host, port, srv.User))
 		}
 	case storeMariaDB:
-		srv := mysqltest.Shared(t)
+		srv := mysqltest.Start(t)
 		p := redistest.NewProxy(t, srv.Addr())
 		r.nem.storeProxy, r.storeAddr = p, p.Addr()
 		b.dialect = sqlstore.MySQL
