@@ -9,17 +9,18 @@ import (
 
 // summary is one scenario's result, for its log line and the report.
 type summary struct {
-	Name     string
-	Store    string // the scenario's store
-	Seed     int64
-	Workload time.Duration
-	Took     time.Duration // the whole scenario: setup, workload, checks
-	Clients  string        // "4" or "4+2": in-process + child processes
-	Ops      int
-	Faults   map[string]int // by kind, the clients' pauses included
-	Puts     int            // writes the clients attempted
-	Stale    int            // writes the clients saw refused as stale
-	Unknown  int            // writes whose outcome the clients did not learn
+	Name         string
+	Store        string // the scenario's store
+	WorkloadKind string // the scenario's workload: workloadRegister, workloadAppend, workloadGetPut
+	Seed         int64
+	Workload     time.Duration
+	Took         time.Duration // the whole scenario: setup, workload, checks
+	Clients      string        // "4" or "4+2": in-process + child processes
+	Ops          int
+	Faults       map[string]int // by kind, the clients' pauses included
+	Puts         int            // writes the clients attempted
+	Stale        int            // writes the clients saw refused as stale
+	Unknown      int            // writes whose outcome the clients did not learn
 	// Fences counts the fences the clients made (Update's fenced reads),
 	// FencesStale those refused as stale.
 	Fences, FencesStale int
@@ -202,4 +203,29 @@ func appendTable(b *strings.Builder, sums []summary) {
 			s.Name, storeNames[s.Store], a.Updates, a.Acknowledged, a.Refused, a.RefusedAtFence, a.RefusedAtPut, a.RefusedByFence, a.Unknown, a.UnknownPresent,
 			a.Paused, a.PausedRefused, a.PausedAcknowledged, a.PausedUnknown, a.Items, a.Lost, a.Duplicated, a.RefusedPresent, a.Foreign, s.Lin.Result)
 	}
+	for _, s := range rows {
+		if s.WorkloadKind != workloadGetPut {
+			continue
+		}
+		a := s.Appends
+		fmt.Fprintf(b, "\n%s, checker E's negative control: the same workload with Get, then Put, without the Fence, on a fenced store. "+
+			"Every write obeyed the fence rule (stale writes accepted: %s; porcupine: %s), and checker E found %d of the %d acknowledged appends lost: "+
+			"a stale holder's write landed between a newer holder's read and write, was acknowledged, and was overwritten.\n",
+			s.Name, staleAccepted(s), s.Lin.Result, a.Lost, a.Acknowledged)
+		if len(a.Examples) > 0 {
+			b.WriteString("\nThe first losses:\n\n")
+			for _, e := range a.Examples {
+				fmt.Fprintf(b, "- %s\n", e)
+			}
+		}
+	}
+}
+
+// staleAccepted is checker A's count of stale writes accepted, or "–"
+// without a ledger.
+func staleAccepted(s summary) string {
+	if s.Ledger == nil {
+		return "–"
+	}
+	return fmt.Sprint(s.Ledger.StaleAccepted)
 }

@@ -16,7 +16,7 @@ import (
 // violation (in the negative control: on finding none).
 func (r *scenarioRun) check(history []op) summary {
 	t, sc := r.t, r.sc
-	sum := summary{Name: sc.name, Seed: r.seed, Ops: len(history), Faults: r.nem.counts, Negative: sc.negative, Store: sc.store}
+	sum := summary{Name: sc.name, Seed: r.seed, Ops: len(history), Faults: r.nem.counts, Negative: sc.negative, Store: sc.store, WorkloadKind: sc.workload}
 	sum.Clients = fmt.Sprint(inProcessClients)
 	if sc.children > 0 {
 		sum.Clients += fmt.Sprintf("+%d", sc.children)
