@@ -358,13 +358,19 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 		for j := i; j < i+2; j++ {
 			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: sc.used(), TTL: lockTTL, WorkMax: work, StopAt: stopAt.UnixNano(), Workload: sc.workload}
 			spec.Heartbeat = j%2 == 1
-			if sc.pauses && j%2 == 0 {
+			// In the register workload the clients without a heartbeat
+			// pause, in one cycle of three (of two in the negative
+			// control). In the append workload, whose cycles are longer,
+			// every client pauses in one cycle of two: the more pauses,
+			// the more stale writes land between another holder's read
+			// and write.
+			switch {
+			case sc.pauses && sc.workload != workloadRegister:
+				spec.PauseEvery = 2
+			case sc.pauses && j%2 == 0 && sc.negative:
+				spec.PauseEvery = 2
+			case sc.pauses && j%2 == 0:
 				spec.PauseEvery = 3
-				// The negative control, and the append workload, whose
-				// cycles are longer, pause more often.
-				if sc.negative || sc.workload != workloadRegister {
-					spec.PauseEvery = 2
-				}
 			}
 			workers = append(workers, newWorker(spec, locker, r.newStore(), rec, r.keys, ls))
 		}
