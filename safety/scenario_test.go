@@ -67,16 +67,6 @@ type scenario struct {
 	replicas int
 	// negative: the store is not fenced, and the checkers must report it.
 	negative bool
-	// resources is how many of the resources the clients use; 0: all.
-	resources int
-}
-
-// used returns the resources the clients use.
-func (sc scenario) used() []string {
-	if sc.resources > 0 && sc.resources < len(resources) {
-		return resources[:sc.resources]
-	}
-	return resources
 }
 
 // direct reports whether the clients call the scenario's store
@@ -356,7 +346,7 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 		}
 		r.nem.lockers = append(r.nem.lockers, ls)
 		for j := i; j < i+2; j++ {
-			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: sc.used(), TTL: lockTTL, WorkMax: work, StopAt: stopAt.UnixNano(), Workload: sc.workload}
+			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: resources, TTL: lockTTL, WorkMax: work, StopAt: stopAt.UnixNano(), Workload: sc.workload}
 			spec.Heartbeat = j%2 == 1
 			// In the register workload the clients without a heartbeat
 			// pause, in one cycle of three (of two in the negative
@@ -388,7 +378,7 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	}
 	for i := 0; i < sc.children; i++ {
 		id := inProcessClients + i
-		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: sc.used(), TTL: lockTTL, WorkMax: childWorkMax, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0, Workload: sc.workload}
+		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWorkMax, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0, Workload: sc.workload}
 		cfgChild := childConfig{Spec: spec, Lock: r.lockTargetFor(id), Keys: r.childKeys, StoreAddr: r.storeAddr}
 		r.nem.children.add(startChild(t, cfgChild, cfg.duration+time.Minute))
 	}
