@@ -194,12 +194,14 @@ func TestCheckDeliveriesCatchesAMismatch(t *testing.T) {
 	}
 }
 
-// flakyStore fails the Puts and Gets it is told to, around a MemoryStore:
-// failPut fails the next Put after applying it (applyFailed) or without;
-// failGet fails every Get while set.
+// flakyStore fails the Puts, Fences and Gets it is told to, around a
+// MemoryStore: failPut fails the next Put, failFence the next Fence,
+// after applying it (applyFailed) or without; failGet fails every Get
+// while set.
 type flakyStore struct {
 	inner       fencedlock.Store
 	failPut     bool
+	failFence   bool
 	applyFailed bool
 	failGet     bool
 }
@@ -220,6 +222,15 @@ func (s *flakyStore) Put(ctx context.Context, resource string, token fencedlock.
 }
 
 func (s *flakyStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	if s.failFence {
+		s.failFence = false
+		if s.applyFailed {
+			if err := s.inner.Fence(ctx, resource, token); err != nil {
+				return err
+			}
+		}
+		return errFlaky
+	}
 	return s.inner.Fence(ctx, resource, token)
 }
 
@@ -561,5 +572,48 @@ func TestCheckDeliveriesMatchesFences(t *testing.T) {
 	}
 	if r := checkDeliveries(ops, entries[1:]); r.Mismatches != 1 {
 		t.Errorf("deliveries, a fence seen accepted that the store never got: %+v", r)
+	}
+}
+
+// The ledger's Fence: a failed fence is recorded with its error, and
+// checker A lets it have landed (a later refusal reports it) or not.
+func TestLedgerRecordsFailedFences(t *testing.T) {
+	ctx := context.Background()
+	flaky := &flakyStore{inner: fencedlock.NewMemoryStore()}
+	led := &ledger{inner: flaky}
+	if err := led.Put(ctx, "r", 5, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	flaky.failFence, flaky.applyFailed = true, true // applied, answered with an error
+	if err := led.Fence(ctx, "r", 8); !errors.Is(err, errFlaky) {
+		t.Fatalf("fence: %v, want the store's error", err)
+	}
+	if err := led.Put(ctx, "r", 6, []byte("b")); !errors.Is(err, fencedlock.ErrStaleToken) {
+		t.Fatalf("put below the failed fence that landed: %v, want stale", err)
+	}
+	flaky.failFence, flaky.applyFailed = true, false // not applied
+	if err := led.Fence(ctx, "r", 9); !errors.Is(err, errFlaky) {
+		t.Fatalf("fence: %v, want the store's error", err)
+	}
+	if err := led.Put(ctx, "r", 8, []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	entries := led.snapshot()
+	if len(entries) != 5 || !entries[1].Fence || entries[1].Err == "" || !entries[3].Fence || entries[3].Err == "" {
+		t.Fatalf("ledger: %+v", entries)
+	}
+	r := checkLedger(entries)
+	if !r.ok() || r.FenceErrors != 2 || r.Rejected != 1 || r.Accepted != 2 {
+		t.Errorf("checker A: %+v", r)
+	}
+	final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "c", Token: 8}}
+	if bad := checkFinalReads(r, final); len(bad) != 0 {
+		t.Errorf("final read: %v", bad)
+	}
+	// The fence that landed raised the fence, not the value: up to the
+	// refusal that reported it, the value is still the first write.
+	before := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "a", Token: 5}}
+	if bad := checkFinalReads(checkLedger(entries[:3]), before); len(bad) != 0 {
+		t.Errorf("final read after the fence that landed: %v", bad)
 	}
 }

@@ -158,3 +158,22 @@ func TestStoreServerFences(t *testing.T) {
 		t.Errorf("checker A: %+v", r)
 	}
 }
+
+// The negative control's store accepts a Fence and keeps no fence: a
+// later Put with a lower token is accepted.
+func TestUnfencedStoreKeepsNoFence(t *testing.T) {
+	ctx := context.Background()
+	s := &unfencedStore{}
+	if err := s.Fence(ctx, "r", 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Fatalf("get of a resource only fenced: %v, want ErrNotFound", err)
+	}
+	if err := s.Put(ctx, "r", 5, []byte("a")); err != nil {
+		t.Fatalf("put below the fence: %v, want it accepted", err)
+	}
+	if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "a" || tok != 5 {
+		t.Fatalf("get: %q %d %v", v, tok, err)
+	}
+}
