@@ -23,24 +23,30 @@ func (e *examples) add(format string, args ...any) {
 	}
 }
 
-// ledgerReport is checker A: what the store did with the writes, in the
-// order it applied them. It proves the promise itself: per resource, the
-// tokens of the accepted writes never go down.
+// ledgerReport is checker A: what the store did with the writes and the
+// fences, in the order it applied them. It proves the promise itself: per
+// resource, the tokens of the accepted writes and fences never go down.
 type ledgerReport struct {
 	Puts     int // writes that reached the store
 	Accepted int
 	Rejected int // refused as stale
 	Errors   int // the store failed, and reading it back did not tell whether it wrote
 
-	// StaleAccepted counts writes accepted with a token below the highest
-	// one accepted before them for the resource. The promise: 0.
+	// Fences that reached the store (Store.Fence): accepted, refused as
+	// stale, failed (the store cannot be read back to tell whether it
+	// raised the fence).
+	Fences, FencesAccepted, FencesRejected, FenceErrors int
+
+	// StaleAccepted counts writes and fences accepted with a token below
+	// the resource's fence: the highest token accepted before them, by a
+	// write or a fence. The promise: 0.
 	StaleAccepted int
 	// Lost counts accepted writes overwritten by a write with a lower
 	// token: the newer holder's work that a stale holder destroyed. 0.
 	Lost int
 	// BadRejections counts refusals that the fence rule does not explain:
-	// a token not below the stored one, or a Current that is not the
-	// stored token. 0.
+	// a token not below the fence, or a Current that is not the fence.
+	// 0.
 	BadRejections int
 
 	// Stale lists the stale writes attempted, by value: the writes that
@@ -64,10 +70,21 @@ func (r ledgerReport) ok() bool { return r.StaleAccepted == 0 && r.Lost == 0 && 
 type finalState struct {
 	last    ledgerEntry // the last accepted write: the stored value
 	written bool
-	// maybe are writes the store failed (a network error of a
+	// maybe are writes and fences the store failed (a network error of a
 	// RedisStore) since last, with a token that the fence would let pass:
 	// each may have been applied, and may still be, later.
 	maybe []ledgerEntry
+}
+
+// maybeWrites counts the writes among maybe.
+func (s finalState) maybeWrites() int {
+	n := 0
+	for _, m := range s.maybe {
+		if !m.Fence {
+			n++
+		}
+	}
+	return n
 }
 
 // maxMaybe bounds finalState.maybe: beyond it the oldest are forgotten,
@@ -80,7 +97,7 @@ func (s finalState) matches(value string, token fencedlock.Token) bool {
 		return true
 	}
 	for _, m := range s.maybe {
-		if m.Value == value && m.Token == token {
+		if !m.Fence && m.Value == value && m.Token == token {
 			return true
 		}
 	}
@@ -91,7 +108,7 @@ func (s finalState) matches(value string, token fencedlock.Token) bool {
 func checkLedger(entries []ledgerEntry) ledgerReport {
 	type state struct {
 		finalState
-		max fencedlock.Token // the highest token accepted
+		fence fencedlock.Token // the highest token accepted, by a write or a fence
 	}
 	r := ledgerReport{final: map[string]finalState{}}
 	states := map[string]*state{}
@@ -101,39 +118,61 @@ func checkLedger(entries []ledgerEntry) ledgerReport {
 			s = &state{}
 			states[e.Resource] = s
 		}
-		r.Puts++
+		if e.Fence {
+			r.Fences++
+		} else {
+			r.Puts++
+		}
 		switch {
 		case e.Accepted:
-			r.Accepted++
-			if s.written && e.Token < s.max {
+			if e.Fence {
+				r.FencesAccepted++
+			} else {
+				r.Accepted++
+			}
+			if e.Token < s.fence {
 				r.StaleAccepted++
-				r.Stale = append(r.Stale, e.Value)
-				r.Violations.add("%s: accepted %q with token %d after token %d had been accepted", e.Resource, e.Value, e.Token, s.max)
+				if !e.Fence {
+					r.Stale = append(r.Stale, e.Value)
+				}
+				r.Violations.add("%s: accepted %v after token %d had been accepted", e.Resource, e, s.fence)
 			}
-			if s.written && e.Token < s.last.Token {
-				r.Lost++
-				r.Violations.add("%s: %q (token %d) lost: overwritten by %q (token %d)", e.Resource, s.last.Value, s.last.Token, e.Value, e.Token)
+			if !e.Fence {
+				if s.written && e.Token < s.last.Token {
+					r.Lost++
+					r.Violations.add("%s: %v lost: overwritten by %v", e.Resource, s.last, e)
+				}
+				s.last, s.written = e, true
 			}
-			s.last, s.written = e, true
-			s.max = max(s.max, e.Token)
-			// A failed write with a lower token can no longer land.
-			s.maybe = keepFrom(s.maybe, e.Token)
+			s.fence = max(s.fence, e.Token)
+			// A failed write or fence with a lower token can no longer
+			// land.
+			s.maybe = keepFrom(s.maybe, s.fence)
 		case e.Err != "":
-			r.Errors++
-			if !s.written || e.Token >= s.last.Token {
+			if e.Fence {
+				r.FenceErrors++
+			} else {
+				r.Errors++
+			}
+			if e.Token >= s.fence {
 				s.maybe = append(s.maybe, e)
 				if len(s.maybe) > maxMaybe {
 					s.maybe = s.maybe[1:]
 				}
 			}
 		default:
-			r.Rejected++
-			r.Stale = append(r.Stale, e.Value)
-			if s.written && e.Token < s.last.Token && e.Current == s.last.Token {
-				break // the rule, against the known stored value
+			if e.Fence {
+				r.FencesRejected++
+			} else {
+				r.Rejected++
+				r.Stale = append(r.Stale, e.Value)
 			}
-			// A failed write that would pass may have landed since: the
-			// refusal tells which, and it is the stored value from now on.
+			if e.Token < s.fence && e.Current == s.fence {
+				break // the rule, against the known fence
+			}
+			// A failed write or fence that would pass may have landed
+			// since: the refusal tells which, and it is the fence from now
+			// on (and, a write, the stored value).
 			landed := -1
 			for i, m := range s.maybe {
 				if m.Token == e.Current && e.Token < m.Token {
@@ -142,13 +181,15 @@ func checkLedger(entries []ledgerEntry) ledgerReport {
 			}
 			if landed < 0 {
 				r.BadRejections++
-				r.Violations.add("%s: %q with token %d refused, reporting current %d, while the store held token %d", e.Resource, e.Value, e.Token, e.Current, s.last.Token)
+				r.Violations.add("%s: %v refused, reporting current %d, while the store's fence was %d", e.Resource, e, e.Current, s.fence)
 				break
 			}
 			m := s.maybe[landed]
-			s.last, s.written = m, true
-			s.max = max(s.max, m.Token)
-			s.maybe = keepFrom(append(s.maybe[:landed:landed], s.maybe[landed+1:]...), m.Token)
+			if !m.Fence {
+				s.last, s.written = m, true
+			}
+			s.fence = max(s.fence, m.Token)
+			s.maybe = keepFrom(append(s.maybe[:landed:landed], s.maybe[landed+1:]...), s.fence)
 		}
 	}
 	for res, s := range states {
@@ -178,33 +219,34 @@ func checkFinalReads(r ledgerReport, ops []op) examples {
 		}
 		s, ok := r.final[o.Resource]
 		switch {
-		case o.Outcome == outNotFound && (!ok || (!s.written && len(s.maybe) == 0)):
+		case o.Outcome == outNotFound && (!ok || (!s.written && s.maybeWrites() == 0)):
 		case o.Outcome == outOK && ok && s.matches(o.Value, o.Token):
 		default:
 			bad.add("%s: read back %s %q token %d at the end; the ledger's last accepted write is %q token %d (written %v, %d failed writes may have landed)",
-				o.Resource, o.Outcome, o.Value, o.Token, s.last.Value, s.last.Token, s.written, len(s.maybe))
+				o.Resource, o.Outcome, o.Value, o.Token, s.last.Value, s.last.Token, s.written, s.maybeWrites())
 		}
 	}
 	return bad
 }
 
-// deliveryReport compares what each client saw of its writes with what
-// the store did with them. A write that the client gave up on (its outcome
-// is unknown) and that the store applied after the client's call had
-// returned was delivered late: the nemesis held it in the network, or the
-// client's timeout was shorter than the store's answer.
+// deliveryReport compares what each client saw of its writes and fences
+// with what the store did with them. A write (or fence) that the client
+// gave up on (its outcome is unknown) and that the store applied after the
+// client's call had returned was delivered late: the nemesis held it in
+// the network, or the client's timeout was shorter than the store's
+// answer.
 type deliveryReport struct {
 	Late         int // late deliveries
 	LateAccepted int // ... accepted: nobody newer had written meanwhile
 	LateRejected int // ... refused as stale: a newer holder had written
-	// Mismatches counts writes whose client saw an answer the store did
-	// not give: "ok" for a write the store refused or never got, "stale"
-	// for one it accepted or refused with another current token, or a
-	// write the store applied twice. 0: the HTTP layer carries the
+	// Mismatches counts writes and fences whose client saw an answer the
+	// store did not give: "ok" for one the store refused or never got,
+	// "stale" for one it accepted or refused with another current token,
+	// or one the store applied twice. 0: the HTTP layer carries the
 	// store's answer faithfully.
 	Mismatches int
-	// Orphans counts writes the store applied that no client recorded.
-	// 0: every client ran to the end.
+	// Orphans counts writes and fences the store applied that no client
+	// recorded. 0: every client ran to the end.
 	Orphans int
 
 	Examples examples
@@ -212,40 +254,42 @@ type deliveryReport struct {
 
 func (r deliveryReport) ok() bool { return r.Mismatches == 0 && r.Orphans == 0 }
 
-// checkDeliveries matches the store's ledger with the clients' put ops,
-// by value (every value is written once).
+// checkDeliveries matches the store's ledger with the clients' put and
+// fence ops: a write by its value (every value is written once), a fence
+// by its resource and token (a client fences once per grant).
 func checkDeliveries(ops []op, entries []ledgerEntry) deliveryReport {
 	var r deliveryReport
-	puts := map[string]op{}
+	sent := map[string]op{}
 	for _, o := range ops {
-		if o.Kind == opPut {
-			puts[o.Value] = o
+		if o.Kind == opPut || o.Kind == opFence {
+			sent[deliveryKey(o.Kind == opFence, o.Resource, o.Token, o.Value)] = o
 		}
 	}
 	applied := map[string]bool{}
 	for _, e := range entries {
-		o, ok := puts[e.Value]
+		key := deliveryKey(e.Fence, e.Resource, e.Token, e.Value)
+		o, ok := sent[key]
 		if !ok {
 			r.Orphans++
-			r.Examples.add("%s: the store got %q (token %d), which no client recorded", e.Resource, e.Value, e.Token)
+			r.Examples.add("%s: the store got %v, which no client recorded", e.Resource, e)
 			continue
 		}
-		if applied[e.Value] {
+		if applied[key] {
 			r.Mismatches++
-			r.Examples.add("%s: the store got %q twice", e.Resource, e.Value)
+			r.Examples.add("%s: the store got %v twice", e.Resource, e)
 			continue
 		}
-		applied[e.Value] = true
+		applied[key] = true
 		switch o.Outcome {
 		case outOK:
 			if !e.Accepted {
 				r.Mismatches++
-				r.Examples.add("%s: the client saw %q accepted; the store refused it (current %d, error %q)", e.Resource, e.Value, e.Current, e.Err)
+				r.Examples.add("%s: the client saw %v accepted; the store refused it (current %d, error %q)", e.Resource, e, e.Current, e.Err)
 			}
 		case outStale:
 			if e.Accepted || e.Current != o.Current {
 				r.Mismatches++
-				r.Examples.add("%s: the client saw %q refused with current %d; the store accepted=%v current=%d", e.Resource, e.Value, o.Current, e.Accepted, e.Current)
+				r.Examples.add("%s: the client saw %v refused with current %d; the store accepted=%v current=%d", e.Resource, e, o.Current, e.Accepted, e.Current)
 			}
 		default:
 			if e.At > o.Return {
@@ -258,13 +302,22 @@ func checkDeliveries(ops []op, entries []ledgerEntry) deliveryReport {
 			}
 		}
 	}
-	for _, o := range puts {
-		if (o.Outcome == outOK || o.Outcome == outStale) && !applied[o.Value] {
+	for key, o := range sent {
+		if (o.Outcome == outOK || o.Outcome == outStale) && !applied[key] {
 			r.Mismatches++
-			r.Examples.add("%s: the client saw %q %s, but the store never got it", o.Resource, o.Value, o.Outcome)
+			r.Examples.add("%s: the client saw %v %s, but the store never got it", o.Resource, o, o.Outcome)
 		}
 	}
 	return r
+}
+
+// deliveryKey names a write by its value, a fence by its resource and
+// token.
+func deliveryKey(fence bool, resource string, token fencedlock.Token, value string) string {
+	if fence {
+		return fmt.Sprintf("fence %s %d", resource, token)
+	}
+	return "put " + value
 }
 
 // grantReport is checker B, over the grants the clients received.

@@ -194,12 +194,14 @@ func TestCheckDeliveriesCatchesAMismatch(t *testing.T) {
 	}
 }
 
-// flakyStore fails the Puts and Gets it is told to, around a MemoryStore:
-// failPut fails the next Put after applying it (applyFailed) or without;
-// failGet fails every Get while set.
+// flakyStore fails the Puts, Fences and Gets it is told to, around a
+// MemoryStore: failPut fails the next Put, failFence the next Fence,
+// after applying it (applyFailed) or without; failGet fails every Get
+// while set.
 type flakyStore struct {
 	inner       fencedlock.Store
 	failPut     bool
+	failFence   bool
 	applyFailed bool
 	failGet     bool
 }
@@ -220,6 +222,15 @@ func (s *flakyStore) Put(ctx context.Context, resource string, token fencedlock.
 }
 
 func (s *flakyStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	if s.failFence {
+		s.failFence = false
+		if s.applyFailed {
+			if err := s.inner.Fence(ctx, resource, token); err != nil {
+				return err
+			}
+		}
+		return errFlaky
+	}
 	return s.inner.Fence(ctx, resource, token)
 }
 
@@ -353,6 +364,15 @@ func TestScenariosAreValid(t *testing.T) {
 		{name: "flushall-sentinel", topology: topoSentinel, store: storeMemory, faults: []string{faultFlushAll}},
 		{name: "replicas-single", topology: topoSingle, store: storeMemory, replicas: 1},
 		{name: "sigstop-alone", topology: topoSingle, store: storeMemory, faults: []string{faultSigstop}},
+		{name: "register-sqlite", topology: topoSingle, store: storeSQLite},
+		{name: "late-write-sqlite", topology: topoSingle, store: storeSQLite, workload: workloadAppend, faults: []string{faultLateWrite}},
+		{name: "store-proxy-sqlite", topology: topoSingle, store: storeSQLite, workload: workloadAppend, faults: []string{faultStoreProxy}},
+		{name: "store-proxy-http", topology: topoSingle, store: storeMemory, workload: workloadAppend, faults: []string{faultStoreProxy}},
+		{name: "children-postgres", topology: topoSingle, store: storePostgres, workload: workloadAppend, children: 2, faults: []string{faultSigstop}},
+		{name: "late-reply-append", topology: topoSingle, store: storeMemory, workload: workloadAppend, faults: []string{faultLateReply}},
+		{name: "get-put-unfenced", topology: topoSingle, store: storeUnfenced, workload: workloadGetPut, negative: true},
+		{name: "get-put-direct", topology: topoSingle, store: storeDirect, workload: workloadGetPut},
+		{name: "unknown-workload", topology: topoSingle, store: storeMemory, workload: "appendx"},
 	} {
 		if err := sc.validate(); err == nil {
 			t.Errorf("%s: validated", sc.name)
@@ -442,5 +462,158 @@ func TestCheckerDCatchesALockWithoutItsGrant(t *testing.T) {
 	twice := []op{acq(0, 30, keyFound, lockValue(1, 30)), acq(2, 30, keyFound, lockValue(2, 30))}
 	if r := checkHeld(twice, lockerOf); r.Violations != 1 {
 		t.Errorf("checker D, one token under two owners: %+v", r)
+	}
+}
+
+// Checker A with fences: a write refused because of an earlier fence is
+// the rule; a write or fence accepted below an accepted fence, and a
+// refusal that reports anything but the fence, are violations.
+func TestCheckerAAccountsForFences(t *testing.T) {
+	legal := []ledgerEntry{
+		{Resource: "r", Token: 5, Value: "a", Accepted: true},
+		{Resource: "r", Fence: true, Token: 7, Accepted: true},
+		{Resource: "r", Token: 6, Value: "b", Current: 7},           // refused: the fence is 7
+		{Resource: "r", Fence: true, Token: 6, Current: 7},          // refused too
+		{Resource: "r", Fence: true, Token: 7, Accepted: true},      // equal passes
+		{Resource: "r", Token: 7, Value: "c", Accepted: true},       // the fence's holder writes
+		{Resource: "s", Fence: true, Token: 3, Accepted: true},      // a fence alone holds no value
+		{Resource: "s", Token: 2, Value: "d", Current: 3},           // refused
+		{Resource: "r", Fence: true, Token: 9, Err: "timeout"},      // may have landed
+		{Resource: "r", Token: 8, Value: "e", Current: 9},           // ... it had
+		{Resource: "r", Fence: true, Token: 10, Err: "timeout"},     // may have landed
+		{Resource: "r", Token: 10, Value: "f", Accepted: true},      // ... whether or not
+		{Resource: "r", Fence: true, Token: 11, Accepted: true},     //
+		{Resource: "r", Fence: true, Token: 12, Err: "unreachable"}, // never landed, as far as anyone knows
+	}
+	r := checkLedger(legal)
+	if !r.ok() || r.Accepted != 3 || r.Rejected != 3 || r.Fences != 8 || r.FencesAccepted != 4 || r.FencesRejected != 1 || r.FenceErrors != 3 {
+		t.Errorf("checker A on a legal history: %+v", r)
+	}
+	final := func(res, value string, token fencedlock.Token) []op {
+		o := op{Resource: res, Kind: opGet, Final: true, Outcome: outOK, Value: value, Token: token}
+		if value == "" {
+			o.Outcome = outNotFound
+		}
+		return []op{o}
+	}
+	if bad := checkFinalReads(r, append(final("r", "f", 10), final("s", "", 0)...)); len(bad) != 0 {
+		t.Errorf("final reads: %v", bad)
+	}
+	// A fence is no value: the final read may not find a fence's token
+	// as the value's.
+	if bad := checkFinalReads(r, final("r", "", 12)); len(bad) != 1 {
+		t.Errorf("final read of a fence as a value: %v, want a mismatch", bad)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		entries []ledgerEntry
+		want    func(ledgerReport) bool
+	}{
+		{"a write below an accepted fence accepted", []ledgerEntry{
+			{Resource: "r", Fence: true, Token: 7, Accepted: true},
+			{Resource: "r", Token: 6, Value: "b", Accepted: true},
+		}, func(r ledgerReport) bool { return r.StaleAccepted == 1 && r.Lost == 0 }},
+		{"a fence below an accepted write accepted", []ledgerEntry{
+			{Resource: "r", Token: 7, Value: "a", Accepted: true},
+			{Resource: "r", Fence: true, Token: 6, Accepted: true},
+		}, func(r ledgerReport) bool { return r.StaleAccepted == 1 }},
+		{"a write refused reporting the value's token, not the fence", []ledgerEntry{
+			{Resource: "r", Token: 5, Value: "a", Accepted: true},
+			{Resource: "r", Fence: true, Token: 7, Accepted: true},
+			{Resource: "r", Token: 6, Value: "b", Current: 5},
+		}, func(r ledgerReport) bool { return r.BadRejections == 1 }},
+		{"a fence refused though not stale", []ledgerEntry{
+			{Resource: "r", Fence: true, Token: 7, Accepted: true},
+			{Resource: "r", Fence: true, Token: 7, Current: 7},
+		}, func(r ledgerReport) bool { return r.BadRejections == 1 }},
+		{"a failed fence below the fence cannot explain a refusal", []ledgerEntry{
+			{Resource: "r", Token: 8, Value: "a", Accepted: true},
+			{Resource: "r", Fence: true, Token: 7, Err: "timeout"},
+			{Resource: "r", Token: 6, Value: "b", Current: 7},
+		}, func(r ledgerReport) bool { return r.BadRejections == 1 }},
+	} {
+		if r := checkLedger(tc.entries); r.ok() || !tc.want(r) {
+			t.Errorf("%s: checker A: %+v", tc.name, r)
+		}
+	}
+}
+
+// The deliveries match fences by resource and token: a fence the client
+// saw accepted must have been accepted, one the store got must have been
+// sent.
+func TestCheckDeliveriesMatchesFences(t *testing.T) {
+	ops := []op{
+		{Client: 1, Resource: "r", Kind: opFence, Token: 7, Outcome: outOK, Call: ms(0), Return: ms(1)},
+		{Client: 2, Resource: "r", Kind: opFence, Token: 6, Outcome: outStale, Current: 7, Call: ms(2), Return: ms(3)},
+		{Client: 3, Resource: "r", Kind: opFence, Token: 8, Outcome: outUnknown, Call: ms(4), Return: ms(5)},
+		{Client: 1, Resource: "r", Kind: opPut, Token: 7, Value: "a", Outcome: outStale, Current: 8, Call: ms(10), Return: ms(11)},
+	}
+	entries := []ledgerEntry{
+		{Resource: "r", Fence: true, Token: 7, Accepted: true, At: ms(0)},
+		{Resource: "r", Fence: true, Token: 6, Current: 7, At: ms(2)},
+		{Resource: "r", Fence: true, Token: 8, Accepted: true, At: ms(9)}, // late
+		{Resource: "r", Token: 7, Value: "a", Current: 8, At: ms(10)},
+	}
+	if r := checkDeliveries(ops, entries); !r.ok() || r.Late != 1 || r.LateAccepted != 1 {
+		t.Errorf("deliveries: %+v", r)
+	}
+	if r := checkLedger(entries); !r.ok() {
+		t.Errorf("checker A: %+v", r)
+	}
+	refused := append([]ledgerEntry(nil), entries...)
+	refused[0].Accepted, refused[0].Current = false, 9
+	if r := checkDeliveries(ops, refused); r.Mismatches != 1 {
+		t.Errorf("deliveries, a fence seen accepted that the store refused: %+v", r)
+	}
+	orphan := append(append([]ledgerEntry(nil), entries...), ledgerEntry{Resource: "s", Fence: true, Token: 7, Accepted: true})
+	if r := checkDeliveries(ops, orphan); r.Orphans != 1 {
+		t.Errorf("deliveries, a fence nobody sent: %+v", r)
+	}
+	if r := checkDeliveries(ops, entries[1:]); r.Mismatches != 1 {
+		t.Errorf("deliveries, a fence seen accepted that the store never got: %+v", r)
+	}
+}
+
+// The ledger's Fence: a failed fence is recorded with its error, and
+// checker A lets it have landed (a later refusal reports it) or not.
+func TestLedgerRecordsFailedFences(t *testing.T) {
+	ctx := context.Background()
+	flaky := &flakyStore{inner: fencedlock.NewMemoryStore()}
+	led := &ledger{inner: flaky}
+	if err := led.Put(ctx, "r", 5, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	flaky.failFence, flaky.applyFailed = true, true // applied, answered with an error
+	if err := led.Fence(ctx, "r", 8); !errors.Is(err, errFlaky) {
+		t.Fatalf("fence: %v, want the store's error", err)
+	}
+	if err := led.Put(ctx, "r", 6, []byte("b")); !errors.Is(err, fencedlock.ErrStaleToken) {
+		t.Fatalf("put below the failed fence that landed: %v, want stale", err)
+	}
+	flaky.failFence, flaky.applyFailed = true, false // not applied
+	if err := led.Fence(ctx, "r", 9); !errors.Is(err, errFlaky) {
+		t.Fatalf("fence: %v, want the store's error", err)
+	}
+	if err := led.Put(ctx, "r", 8, []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	entries := led.snapshot()
+	if len(entries) != 5 || !entries[1].Fence || entries[1].Err == "" || !entries[3].Fence || entries[3].Err == "" {
+		t.Fatalf("ledger: %+v", entries)
+	}
+	r := checkLedger(entries)
+	if !r.ok() || r.FenceErrors != 2 || r.Rejected != 1 || r.Accepted != 2 {
+		t.Errorf("checker A: %+v", r)
+	}
+	final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "c", Token: 8}}
+	if bad := checkFinalReads(r, final); len(bad) != 0 {
+		t.Errorf("final read: %v", bad)
+	}
+	// The fence that landed raised the fence, not the value: up to the
+	// refusal that reported it, the value is still the first write.
+	before := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "a", Token: 5}}
+	if bad := checkFinalReads(checkLedger(entries[:3]), before); len(bad) != 0 {
+		t.Errorf("final read after the fence that landed: %v", bad)
 	}
 }

@@ -18,7 +18,9 @@ import (
 // sometimes sleeps past the TTL (a GC pause: no heartbeat runs, the lock
 // expires and another client takes it), writes a unique value with the
 // lock's token once or twice, and releases. Every call is recorded with
-// its outcome; errors are expected and are part of the history.
+// its outcome; errors are expected and are part of the history. The
+// append workload (append_test.go) replaces the read and the writes with
+// one fencedlock.Update.
 
 // clientSpec is what one client does. It is sent to child processes as
 // JSON.
@@ -40,6 +42,10 @@ type clientSpec struct {
 	// holding one.
 	WorkMax time.Duration
 	StopAt  int64 // wall clock, UnixNano: no cycle starts after it
+	// Workload is what a cycle does: write unique values
+	// (workloadRegister), or append items (workloadAppend,
+	// workloadGetPut: see append_test.go).
+	Workload string
 }
 
 // lockTarget says how clients reach the lock Redis.
@@ -128,6 +134,10 @@ func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil && now() < w.spec.StopAt {
 		if order := w.local.take(); order != nil {
 			w.lateReplyCycle(ctx, order)
+			continue
+		}
+		if w.spec.Workload != workloadRegister {
+			w.appendCycle(ctx)
 			continue
 		}
 		w.cycle(ctx)

@@ -2,15 +2,20 @@
 // API: its tests start real redis-servers, run lock clients against them
 // under faults, record what every client saw, and check the histories
 // mechanically against the promise of fencedlock's package documentation
-// (a fenced store never accepts a lower token than one it has accepted).
-// The workload, the scenarios, the four checkers and what a long run
-// found are described in
+// (a fenced store never accepts a lower token than one it has accepted),
+// and against what fencedlock.Update promises a read-modify-write (no
+// holder's write lands between its read and its write: an update it
+// acknowledged is never lost). The workloads, the scenarios, the five
+// checkers (A to E) and what long runs found are described in
 // https://github.com/fencedlock/fencedlock/blob/main/docs/safety.md.
 //
 // # Running
 //
 // The suite needs redis-server on PATH, like the library's other
-// real-Redis tests: without it they skip, and with CI=true they fail.
+// real-Redis tests, and PostgreSQL and MariaDB for the append-postgres
+// and append-mariadb scenarios (found as internal/pgtest and
+// internal/mysqltest find them): without them the scenarios that need
+// them skip, and with CI=true they fail.
 // Without flags it runs in quick mode, four seconds of workload per
 // scenario, for CI:
 //

@@ -19,6 +19,8 @@ const (
 	opAcquire opKind = "acquire" // TryAcquire or Acquire
 	opGet     opKind = "get"     // Store.Get
 	opPut     opKind = "put"     // Store.Put with the lock's token
+	opFence   opKind = "fence"   // Store.Fence with the lock's token (by fencedlock.Update)
+	opUpdate  opKind = "update"  // fencedlock.Update appending an item (the append workload), or its Get then Put
 	opRelease opKind = "release" // Lock.Release
 	opRefresh opKind = "refresh" // Lock.Refresh (the late-reply fault's cycle)
 	opPause   opKind = "pause"   // the client slept past the TTL while holding the lock
@@ -33,8 +35,8 @@ const (
 	// outFail: a definite no. Acquire: the lock is held (ErrNotAcquired);
 	// release: the lock was lost.
 	outFail outcome = "fail"
-	// outStale: the store refused the write with a *StaleTokenError; the
-	// op's Current is the token the store reported.
+	// outStale: the store refused the write or fence with a
+	// *StaleTokenError; the op's Current is the fence the store reported.
 	outStale outcome = "stale"
 	// outNotFound: the store holds no value for the resource.
 	outNotFound outcome = "notfound"
@@ -62,13 +64,16 @@ type op struct {
 	Call     int64            `json:"call"`
 	Return   int64            `json:"ret"`
 	Outcome  outcome          `json:"o"`
-	Token    fencedlock.Token `json:"t,omitempty"`   // acquire: granted; put: written with; get: read
-	Value    string           `json:"v,omitempty"`   // put: written; get: read
-	Current  fencedlock.Token `json:"cur,omitempty"` // put refused as stale: the store's token
+	Token    fencedlock.Token `json:"t,omitempty"`   // acquire: granted; put: written with; fence, update: fenced with; get: read
+	Value    string           `json:"v,omitempty"`   // put: written; get: read; update: the item appended
+	Current  fencedlock.Token `json:"cur,omitempty"` // put, fence, update refused as stale: the store's fence
 	Wait     bool             `json:"w,omitempty"`   // acquire: the waiting Acquire, not TryAcquire
-	Paused   bool             `json:"p,omitempty"`   // put: the client paused past the TTL before it
-	Final    bool             `json:"f,omitempty"`   // get: a final read, once everything has landed
-	Err      string           `json:"err,omitempty"` // the error, for the log
+	Paused   bool             `json:"p,omitempty"`   // put, update: the client paused past the TTL before the write
+	// Step is the call that ended an update without success: fence, get,
+	// put, or "" (fn's own error, or success).
+	Step  opKind `json:"st,omitempty"`
+	Final bool   `json:"f,omitempty"`   // get: a final read, once everything has landed
+	Err   string `json:"err,omitempty"` // the error, for the log
 	// Acquire that returned a Lock: what a direct read of the lock key
 	// found right after (checker D), and the value it read.
 	KeyRead  keyRead `json:"kr,omitempty"`
@@ -120,10 +125,10 @@ func (o *op) endGet(value []byte, token fencedlock.Token, err error) {
 	}
 }
 
-// endPut records the answer of a Put in o, with its return time: accepted,
-// refused as stale (with the store's token), or unknown: anything else, a
-// 500 or a timeout among them, after which the write may have landed, or
-// may land later.
+// endPut records the answer of a Put, a Fence or an Update in o, with its
+// return time: accepted, refused as stale (with the store's fence), or
+// unknown: anything else, a 500 or a timeout among them, after which the
+// write may have landed, or may land later.
 func (o *op) endPut(err error) {
 	o.Return = now()
 	var stale *fencedlock.StaleTokenError

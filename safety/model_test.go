@@ -19,12 +19,12 @@ import (
 // package internal/history, the checker the root package's store tests
 // use too (see its doc for the rules).
 
-// historyOps turns the recorded puts and gets into the ops of the shared
-// fenced-register checker, internal/history: a put with an unknown answer
-// (any outcome but ok and stale) may take effect at any time after its
-// call up to the end of the workload, before the final reads (ops marked
-// Final, made once nothing could land any more); gets with an unknown
-// answer are dropped there.
+// historyOps turns the recorded puts, fences and gets into the ops of the
+// shared fenced-register checker, internal/history: a put or fence with
+// an unknown answer (any outcome but ok and stale) may take effect at any
+// time after its call up to the end of the workload, before the final
+// reads (ops marked Final, made once nothing could land any more); gets
+// with an unknown answer are dropped there.
 func historyOps(ops []op) []history.Op {
 	var out []history.Op
 	for _, o := range ops {
@@ -35,6 +35,8 @@ func historyOps(ops []op) []history.Op {
 			h.Kind = history.Put
 		case opGet:
 			h.Kind = history.Get
+		case opFence:
+			h.Kind = history.Fence
 		default:
 			continue
 		}

@@ -9,16 +9,21 @@ import (
 
 // summary is one scenario's result, for its log line and the report.
 type summary struct {
-	Name     string
-	Seed     int64
-	Workload time.Duration
-	Took     time.Duration // the whole scenario: setup, workload, checks
-	Clients  string        // "4" or "4+2": in-process + child processes
-	Ops      int
-	Faults   map[string]int // by kind, the clients' pauses included
-	Puts     int            // writes the clients attempted
-	Stale    int            // writes the clients saw refused as stale
-	Unknown  int            // writes whose outcome the clients did not learn
+	Name         string
+	Store        string // the scenario's store
+	WorkloadKind string // the scenario's workload: workloadRegister, workloadAppend, workloadGetPut
+	Seed         int64
+	Workload     time.Duration
+	Took         time.Duration // the whole scenario: setup, workload, checks
+	Clients      string        // "4" or "4+2": in-process + child processes
+	Ops          int
+	Faults       map[string]int // by kind, the clients' pauses included
+	Puts         int            // writes the clients attempted
+	Stale        int            // writes the clients saw refused as stale
+	Unknown      int            // writes whose outcome the clients did not learn
+	// Fences counts the fences the clients made (Update's fenced reads),
+	// FencesStale those refused as stale.
+	Fences, FencesStale int
 	// StaleAttempted counts the stale writes attempted: with a ledger,
 	// the writes that reached the store with a token below the highest it
 	// had accepted for the resource (rejected as stale + stale accepted);
@@ -40,6 +45,7 @@ type summary struct {
 	Grants     grantReport
 	Held       heldReport // checker D
 	Lin        linResult
+	Appends    *appendReport // checker E; nil in the register workload
 	Negative   bool
 }
 
@@ -65,6 +71,9 @@ func (s summary) line() string {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "%s: %v, clients %s, ops %d, grants %d, faults [%s], puts %d (client-seen stale %d, unknown %d)",
 		s.Name, s.Workload, s.Clients, s.Ops, s.Grants.Grants, faultList(s.Faults), s.Puts, s.Stale, s.Unknown)
+	if s.Fences > 0 {
+		fmt.Fprintf(b, "; fences %d (stale %d)", s.Fences, s.FencesStale)
+	}
 	fmt.Fprintf(b, "; stale attempted %d (%s)", s.StaleAttempted, formatCauses(s.Causes))
 	if s.Ledger != nil {
 		fmt.Fprintf(b, "; store: accepted %d, rejected %d, errors %d, stale accepted %d, lost %d",
@@ -79,7 +88,21 @@ func (s summary) line() string {
 	if s.Effects != "" {
 		fmt.Fprintf(b, "; effects: %s", s.Effects)
 	}
+	if s.Appends != nil {
+		fmt.Fprintf(b, "; checker E: %v", *s.Appends)
+	}
 	return b.String()
+}
+
+// storeNames describe the stores in the report.
+var storeNames = map[string]string{
+	storeMemory:   "MemoryStore over HTTP",
+	storeRedis:    "RedisStore over HTTP",
+	storeUnfenced: "unfenced, over HTTP",
+	storeDirect:   "RedisStore",
+	storeSQLite:   "sqlstore, SQLite",
+	storePostgres: "sqlstore, PostgreSQL",
+	storeMariaDB:  "sqlstore, MariaDB",
 }
 
 // markdown is the report: one table row per scenario, then the negative
@@ -132,6 +155,7 @@ func markdown(sums []summary, cfg runConfig) string {
 				s.Name, s.NotReplicated, replicaTimeout, s.Grants.Grants)
 		}
 	}
+	appendTable(b, sums)
 	for _, s := range sums {
 		if !s.Negative || s.Ledger == nil {
 			continue
@@ -150,4 +174,58 @@ func markdown(sums []summary, cfg runConfig) string {
 		}
 	}
 	return b.String()
+}
+
+// appendTable writes checker E's table, for the scenarios of the append
+// workload, and what its negative control found.
+func appendTable(b *strings.Builder, sums []summary) {
+	var rows []summary
+	for _, s := range sums {
+		if s.Appends != nil {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n### The append workload (checker E)\n\n")
+	b.WriteString("Each update appends a unique item to the resource's list with fencedlock.Update (in append-negative: Get, " +
+		"then Put, without the Fence). Acknowledged: Update returned nil; its item must be in the final list exactly once. " +
+		"Refused: ErrStaleToken, at the fence (fn was not called) or at the write; its item must not be there. By a fence " +
+		"alone: refused at the write before the newer holder, whose fence refused it, had sent its own write; without the " +
+		"Fence it would have been acknowledged and then overwritten. Unknown: any " +
+		"other error; its item may be there (landed), once. Paused: fn slept past the TTL between the read and the write.\n\n")
+	b.WriteString("| scenario | store | updates | acknowledged | refused stale (fence / write) | by a fence alone | unknown (landed) | paused past the TTL (refused / acknowledged / unknown) | items in the final lists | lost | duplicated | refused but present | foreign | porcupine |\n")
+	b.WriteString("|---|---|---:|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range rows {
+		a := s.Appends
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %d (%d / %d) | %d | %d (%d) | %d (%d / %d / %d) | %d | %d | %d | %d | %d | %s |\n",
+			s.Name, storeNames[s.Store], a.Updates, a.Acknowledged, a.Refused, a.RefusedAtFence, a.RefusedAtPut, a.RefusedByFence, a.Unknown, a.UnknownPresent,
+			a.Paused, a.PausedRefused, a.PausedAcknowledged, a.PausedUnknown, a.Items, a.Lost, a.Duplicated, a.RefusedPresent, a.Foreign, s.Lin.Result)
+	}
+	for _, s := range rows {
+		if s.WorkloadKind != workloadGetPut {
+			continue
+		}
+		a := s.Appends
+		fmt.Fprintf(b, "\n%s, checker E's negative control: the same workload with Get, then Put, without the Fence, on a fenced store. "+
+			"Every write obeyed the fence rule (stale writes accepted: %s; porcupine: %s), and checker E found %d of the %d acknowledged appends lost: "+
+			"a stale holder's write landed between a newer holder's read and write, was acknowledged, and was overwritten.\n",
+			s.Name, staleAccepted(s), s.Lin.Result, a.Lost, a.Acknowledged)
+		if len(a.Examples) > 0 {
+			b.WriteString("\nThe first losses:\n\n")
+			for _, e := range a.Examples {
+				fmt.Fprintf(b, "- %s\n", e)
+			}
+		}
+	}
+}
+
+// staleAccepted is checker A's count of stale writes accepted, or "–"
+// without a ledger.
+func staleAccepted(s summary) string {
+	if s.Ledger == nil {
+		return "–"
+	}
+	return fmt.Sprint(s.Ledger.StaleAccepted)
 }

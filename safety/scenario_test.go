@@ -45,6 +45,12 @@ const (
 	storeRedis    = "redis"    // a fencedlock.RedisStore on its own redis-server behind the ledger, over HTTP
 	storeUnfenced = "unfenced" // the negative control: accepts every write, behind the ledger, over HTTP
 	storeDirect   = "direct"   // a fencedlock.RedisStore that the clients call themselves, through a fault proxy
+	// The SQL stores of package sqlstore, which the clients call
+	// themselves (sqlstore_test.go): SQLite in a file, PostgreSQL and
+	// MariaDB through a fault proxy.
+	storeSQLite   = "sqlite"
+	storePostgres = "postgres"
+	storeMariaDB  = "mariadb"
 )
 
 // A scenario is one workload under one set of faults.
@@ -52,14 +58,25 @@ type scenario struct {
 	name     string
 	topology string
 	store    string
-	pauses   bool // in-process clients sleep past the TTL before writing
-	children int  // child processes (the sigstop fault's targets)
+	workload string // what the clients do: workloadRegister, workloadAppend, workloadGetPut
+	pauses   bool   // in-process clients sleep past the TTL before writing
+	children int    // child processes (the sigstop fault's targets)
 	faults   []string
 	// replicas > 0: the Lockers wait for that many replicas to confirm
 	// each grant (fencedlock.WithReplicas).
 	replicas int
 	// negative: the store is not fenced, and the checkers must report it.
 	negative bool
+}
+
+// direct reports whether the clients call the scenario's store
+// themselves, without the ledger: checker C (and E) judge alone.
+func (sc scenario) direct() bool {
+	switch sc.store {
+	case storeDirect, storeSQLite, storePostgres, storeMariaDB:
+		return true
+	}
+	return false
 }
 
 // scenarios run in this order; a scenario's seed is the base seed plus
@@ -119,6 +136,32 @@ var scenarios = []scenario{
 	// The negative control: pauses and late writes against an unfenced
 	// store. The checkers must report violations.
 	{name: "negative-control", topology: topoSingle, store: storeUnfenced, pauses: true, faults: []string{faultLateWrite}, negative: true},
+
+	// The append workload (append_test.go): fencedlock.Update appends an
+	// item to the resource's list, and fn sometimes sleeps past the TTL
+	// between the read and the write. Checker E judges the final lists.
+	// A MemoryStore over HTTP (fencehttp), behind the ledger, with
+	// children stopped, late writes and fences, and a slowed lock network.
+	{name: "append-memory", topology: topoSingle, store: storeMemory, workload: workloadAppend, pauses: true, children: 2,
+		faults: []string{faultSigstop, faultLateWrite, faultProxy}},
+	// A RedisStore the clients call themselves (Update's fenced read in
+	// one script), through a faulty network.
+	{name: "append-redis", topology: topoSingle, store: storeDirect, workload: workloadAppend, pauses: true,
+		faults: []string{faultStoreProxy, faultLateWrite, faultProxy}},
+	// SQLite in-process: no store network; the lock Redis restarted and
+	// flushed.
+	{name: "append-sqlite", topology: topoSingle, store: storeSQLite, workload: workloadAppend, pauses: true,
+		faults: []string{faultRestart, faultFlushAll, faultProxy}},
+	// PostgreSQL and MariaDB through a faulty network.
+	{name: "append-postgres", topology: topoSingle, store: storePostgres, workload: workloadAppend, pauses: true,
+		faults: []string{faultStoreProxy, faultLateWrite, faultProxy}},
+	{name: "append-mariadb", topology: topoSingle, store: storeMariaDB, workload: workloadAppend, pauses: true,
+		faults: []string{faultStoreProxy, faultLateWrite, faultRestart}},
+	// Checker E's negative control: the same workload with Get then Put,
+	// without the Fence, on the fenced MemoryStore. Every write obeys the
+	// fence rule, so checkers A to D pass; checker E must find
+	// acknowledged appends lost.
+	{name: "append-negative", topology: topoSingle, store: storeMemory, workload: workloadGetPut, pauses: true},
 }
 
 // TestSafety runs every scenario, then logs the report (and writes it
@@ -177,9 +220,9 @@ func waitGoroutines(n int, timeout time.Duration) error {
 // silently test less than it says.
 func (sc scenario) validate() error {
 	switch {
-	case sc.children > 0 && sc.store == storeDirect:
+	case sc.children > 0 && sc.direct():
 		return fmt.Errorf("%s: child processes write over HTTP, through the ledger; they cannot use the direct store", sc.name)
-	case sc.negative && sc.store == storeDirect:
+	case sc.negative && sc.direct():
 		return fmt.Errorf("%s: a negative control needs the ledger (checker A), which the direct store has not", sc.name)
 	case sc.negative && sc.store != storeUnfenced:
 		return fmt.Errorf("%s: a negative control needs the unfenced store", sc.name)
@@ -187,6 +230,14 @@ func (sc scenario) validate() error {
 		return fmt.Errorf("%s: the unfenced store is for the negative control only", sc.name)
 	case sc.replicas > 0 && sc.topology != topoFailover && sc.topology != topoSentinel:
 		return fmt.Errorf("%s: WithReplicas needs a replica: the failover or sentinel topology", sc.name)
+	case sc.workload != workloadRegister && sc.workload != workloadAppend && sc.workload != workloadGetPut:
+		return fmt.Errorf("%s: unknown workload %q", sc.name, sc.workload)
+	case sc.workload == workloadRegister && (sc.store == storeSQLite || sc.store == storePostgres || sc.store == storeMariaDB):
+		return fmt.Errorf("%s: the SQL stores run the append workload only", sc.name)
+	case sc.workload == workloadGetPut && sc.store == storeUnfenced:
+		return fmt.Errorf("%s: checker E's negative control runs on a fenced store, so that only the missing Fence loses appends", sc.name)
+	case sc.workload == workloadGetPut && sc.direct():
+		return fmt.Errorf("%s: checker E's negative control needs the ledger, so that checker A shows every write obeyed the fence", sc.name)
 	}
 	for _, f := range sc.faults {
 		switch {
@@ -200,8 +251,12 @@ func (sc scenario) validate() error {
 			return fmt.Errorf("%s: flushall is not wired to the %s topology", sc.name, sc.topology)
 		case f == faultSigstop && sc.children == 0:
 			return fmt.Errorf("%s: the sigstop fault needs child processes", sc.name)
-		case f == faultStoreProxy && sc.store != storeDirect:
-			return fmt.Errorf("%s: the store-proxy fault is for the direct store (the late-write fault covers the HTTP store)", sc.name)
+		case f == faultStoreProxy && (!sc.direct() || sc.store == storeSQLite):
+			return fmt.Errorf("%s: the store-proxy fault is for a direct store with a network (the late-write fault covers the HTTP store)", sc.name)
+		case f == faultLateWrite && sc.store == storeSQLite:
+			return fmt.Errorf("%s: the late-write fault needs a store network; SQLite has none", sc.name)
+		case f == faultLateReply && sc.workload != workloadRegister:
+			return fmt.Errorf("%s: the late-reply fault's cycle writes registers, not lists", sc.name)
 		}
 	}
 	return nil
@@ -225,10 +280,11 @@ type scenarioRun struct {
 
 	lock      lockTarget
 	nem       *nemesis
-	ledger    *ledger          // nil for storeDirect
-	storeSrv  *httptest.Server // nil for storeDirect
-	storeAddr string           // the store proxy's address
-	direct    fencedlock.Store // storeDirect: the store Redis without the proxy, for the final reads
+	ledger    *ledger          // nil for the direct stores
+	storeSrv  *httptest.Server // nil for the direct stores
+	storeAddr string           // the store proxy's address; "" for SQLite
+	direct    fencedlock.Store // the direct stores: the store without the proxy, for the final reads
+	sql       *sqlBackend      // the SQL stores
 	keys      keyReader        // checker D's reads of lock keys, in this process
 	childKeys lockTarget       // the same for child processes: the lock Redis without proxies (no Addrs: none)
 	closers   []func()         // the clients' connections, closed at the end
@@ -268,6 +324,10 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	t.Cleanup(closeOnce)
 	rec := &recorder{}
 	var workers []*worker
+	work, childWorkMax := inProcessWork, childWork
+	if sc.workload != workloadRegister {
+		work, childWorkMax = appendWork, appendWork
+	}
 	for i := 0; i < inProcessClients; i += 2 {
 		// Two goroutines share each Locker, so that its local queue and
 		// hand-over run too, and a helper waits on demand (the late-reply
@@ -281,16 +341,26 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 		r.closers = append(r.closers, func() { client.Close() })
 		locker := r.lock.newLocker(client)
 		spec := clientSpec{ID: helperID, Seed: actorSeed(seed, helperID), Resources: resources, TTL: lockTTL, WorkMax: inProcessWork, StopAt: stopAt.UnixNano()}
-		ls.helper = newWorker(spec, locker, r.newStore(), rec, r.keys, ls)
+		if sc.has(faultLateReply) {
+			ls.helper = newWorker(spec, locker, r.newStore(), rec, r.keys, ls)
+		}
 		r.nem.lockers = append(r.nem.lockers, ls)
 		for j := i; j < i+2; j++ {
-			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: resources, TTL: lockTTL, WorkMax: inProcessWork, StopAt: stopAt.UnixNano()}
+			spec := clientSpec{ID: j, Seed: actorSeed(seed, j), Resources: resources, TTL: lockTTL, WorkMax: work, StopAt: stopAt.UnixNano(), Workload: sc.workload}
 			spec.Heartbeat = j%2 == 1
-			if sc.pauses && j%2 == 0 {
+			// In the register workload the clients without a heartbeat
+			// pause, in one cycle of three (of two in the negative
+			// control). In the append workload, whose cycles are longer,
+			// every client pauses in one cycle of two: the more pauses,
+			// the more stale writes land between another holder's read
+			// and write.
+			switch {
+			case sc.pauses && sc.workload != workloadRegister:
+				spec.PauseEvery = 2
+			case sc.pauses && j%2 == 0 && sc.negative:
+				spec.PauseEvery = 2
+			case sc.pauses && j%2 == 0:
 				spec.PauseEvery = 3
-				if sc.negative {
-					spec.PauseEvery = 2
-				}
 			}
 			workers = append(workers, newWorker(spec, locker, r.newStore(), rec, r.keys, ls))
 		}
@@ -308,7 +378,7 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	}
 	for i := 0; i < sc.children; i++ {
 		id := inProcessClients + i
-		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWork, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0}
+		spec := clientSpec{ID: id, Seed: actorSeed(seed, id), Resources: resources, TTL: lockTTL, WorkMax: childWorkMax, StopAt: stopAt.UnixNano(), Heartbeat: i%2 == 0, Workload: sc.workload}
 		cfgChild := childConfig{Spec: spec, Lock: r.lockTargetFor(id), Keys: r.childKeys, StoreAddr: r.storeAddr}
 		r.nem.children.add(startChild(t, cfgChild, cfg.duration+time.Minute))
 	}
@@ -332,11 +402,13 @@ func runScenario(t *testing.T, sc scenario, cfg runConfig, seed int64) summary {
 	if !r.nem.lastHold.IsZero() {
 		time.Sleep(lateWriteHold + 500*time.Millisecond)
 	}
-	r.nem.eff.HoldsDelivered = r.nem.storeProxy.Released()
 	if r.storeSrv != nil {
 		r.storeSrv.Close() // waits for the requests in flight
 	}
-	r.nem.storeProxy.CloseAll()
+	if r.nem.storeProxy != nil { // SQLite has no store network
+		r.nem.eff.HoldsDelivered = r.nem.storeProxy.Released()
+		r.nem.storeProxy.CloseAll()
+	}
 	closeOnce()
 	history = append(history, r.finalReads()...)
 	sortOps(history)
@@ -466,6 +538,9 @@ func (r *scenarioRun) setupStore() {
 		r.nem.storeProxy, r.storeAddr = p, p.Addr()
 		r.direct = fencedlock.NewRedisStore(r.adminClient(srv.Addr))
 		return
+	case storeSQLite, storePostgres, storeMariaDB:
+		r.setupSQLStore()
+		return
 	default:
 		t.Fatalf("unknown store %q", r.sc.store)
 	}
@@ -477,6 +552,9 @@ func (r *scenarioRun) setupStore() {
 
 // newStore returns an in-process client's Store.
 func (r *scenarioRun) newStore() fencedlock.Store {
+	if r.sql != nil {
+		return r.newSQLStore()
+	}
 	if r.sc.store == storeDirect {
 		// No retries: a write resent after a lost reply could be refused
 		// as stale although its first copy was stored (see

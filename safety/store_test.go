@@ -24,22 +24,32 @@ import (
 // reaches it through a redistest.Proxy, so that the nemesis can hold a
 // write in the network and deliver it after its client gave up.
 
-// A ledgerEntry is one Put as the store applied it.
+// A ledgerEntry is one Put or Fence as the store applied it.
 type ledgerEntry struct {
 	Resource string
+	Fence    bool // a Fence: it has no Value
 	Token    fencedlock.Token
 	Value    string
 	Accepted bool
-	Current  fencedlock.Token // refused as stale: the store's token
+	Current  fencedlock.Token // refused as stale: the store's fence
 	Err      string           // neither accepted nor refused as stale
 	At       int64            // when the store applied it: wall clock, as op.Call
 }
 
-// A ledger is a Store that serializes the Puts and Gets of its inner
-// store under one mutex and records every Put's outcome in the order the
-// inner store applied them. Its record is the ground truth that checker A
-// reads: what the store accepted, in effect order, whatever the clients
-// saw. It is safe for concurrent use.
+// String describes the entry for the checkers' messages: a Put by its
+// value, a Fence by its token.
+func (e ledgerEntry) String() string {
+	if e.Fence {
+		return fmt.Sprintf("fence %d", e.Token)
+	}
+	return fmt.Sprintf("%q (token %d)", e.Value, e.Token)
+}
+
+// A ledger is a Store that serializes the Puts, Fences and Gets of its
+// inner store under one mutex and records every Put's and Fence's outcome
+// in the order the inner store applied them. Its record is the ground
+// truth that checker A reads: what the store accepted, in effect order,
+// whatever the clients saw. It is safe for concurrent use.
 type ledger struct {
 	inner fencedlock.Store
 
@@ -80,11 +90,26 @@ func (l *ledger) Get(ctx context.Context, resource string) ([]byte, fencedlock.T
 	return l.inner.Get(ctx, resource)
 }
 
-// Fence is not recorded yet.
+// Fence raises the inner store's fence and records the outcome. A Fence
+// that failed (a RedisStore's network error) may have been applied, and
+// the Store interface has no read of the fence to tell: it is recorded
+// with its error, and checker A lets it have landed or not.
 func (l *ledger) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.inner.Fence(ctx, resource, token)
+	err := l.inner.Fence(ctx, resource, token)
+	e := ledgerEntry{Resource: resource, Fence: true, Token: token, At: now()}
+	var stale *fencedlock.StaleTokenError
+	switch {
+	case err == nil:
+		e.Accepted = true
+	case errors.As(err, &stale):
+		e.Current = stale.Current
+	default:
+		e.Err = err.Error()
+	}
+	l.entries = append(l.entries, e)
+	return err
 }
 
 func (l *ledger) snapshot() []ledgerEntry {
@@ -94,8 +119,9 @@ func (l *ledger) snapshot() []ledgerEntry {
 }
 
 // unfencedStore is the negative control's store: it accepts every Put,
-// whatever its token, and keeps the last. It is what a store without the
-// fence does, and the suite must catch it. It is safe for concurrent use.
+// whatever its token, and keeps the last; a Fence is accepted and changes
+// nothing. It is what a store without the fence does, and the suite must
+// catch it. It is safe for concurrent use.
 type unfencedStore struct {
 	mu   sync.Mutex
 	data map[string]unfencedEntry // guarded by mu
@@ -116,7 +142,8 @@ func (s *unfencedStore) Put(_ context.Context, resource string, token fencedlock
 	return nil
 }
 
-// Fence fences nothing: the negative control has no fence.
+// Fence accepts every token and keeps nothing, as a store without a fence
+// would: a later Put with a lower token is accepted all the same.
 func (s *unfencedStore) Fence(context.Context, string, fencedlock.Token) error { return nil }
 
 func (s *unfencedStore) Get(_ context.Context, resource string) ([]byte, fencedlock.Token, error) {
@@ -131,7 +158,10 @@ func (s *unfencedStore) Get(_ context.Context, resource string) ([]byte, fencedl
 
 // storeHandler serves a Store over HTTP: PUT /v/<resource> with the
 // Fencing-Token header and the value as the body, GET /v/<resource>
-// answering the value with its token in the header.
+// answering the value with its token in the header, and POST
+// /fence/<resource> with the Fencing-Token header, which raises the fence
+// (Store.Fence) and answers 204. Errors are answered by
+// fencehttp.WriteError: a stale token with 409 and the store's fence.
 type storeHandler struct{ store fencedlock.Store }
 
 // storeCallTimeout bounds the handler's call of the store.
@@ -139,7 +169,11 @@ const storeCallTimeout = 5 * time.Second
 
 func (h storeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resource, ok := strings.CutPrefix(r.URL.Path, "/v/")
-	if !ok || resource == "" {
+	fence := false
+	if !ok {
+		resource, fence = strings.CutPrefix(r.URL.Path, "/fence/")
+	}
+	if resource == "" || !ok && !fence {
 		http.NotFound(w, r)
 		return
 	}
@@ -151,6 +185,23 @@ func (h storeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// and the fence must refuse it then.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeCallTimeout)
 	defer cancel()
+	if fence {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		token, err := fencehttp.TokenFrom(r)
+		if err == nil {
+			err = h.store.Fence(ctx, resource, token)
+		}
+		if err != nil {
+			fencehttp.WriteError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	switch r.Method {
 	case http.MethodPut:
 		token, err := fencehttp.TokenFrom(r)
@@ -194,8 +245,9 @@ func startStoreServer(t *testing.T, store fencedlock.Store) *httptest.Server {
 }
 
 // httpStore is the clients' side: a fencedlock.Store that reaches the
-// store server over HTTP, with SetToken on every write and CheckResponse
-// turning a 409 back into a *fencedlock.StaleTokenError.
+// store server over HTTP, with SetToken on every write and fence and
+// CheckResponse turning a 409 back into a *fencedlock.StaleTokenError.
+// fencedlock.Update on it takes three requests: Fence, Get and Put.
 type httpStore struct {
 	base   string // "http://<proxy address>"
 	client *http.Client
@@ -233,6 +285,22 @@ func (s *httpStore) Put(ctx context.Context, resource string, token fencedlock.T
 	if err != nil {
 		return err
 	}
+	return s.send(req, token)
+}
+
+// Fence asks the server to raise resource's fence to token: POST
+// /fence/<resource>.
+func (s *httpStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/fence/"+url.PathEscape(resource), nil)
+	if err != nil {
+		return err
+	}
+	return s.send(req, token)
+}
+
+// send sends a request of a Put or a Fence with token, and returns nil
+// for a 2xx answer, else the error of CheckResponse.
+func (s *httpStore) send(req *http.Request, token fencedlock.Token) error {
 	fencehttp.SetToken(req, token)
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -268,9 +336,4 @@ func (s *httpStore) Get(ctx context.Context, resource string) ([]byte, fencedloc
 		return nil, 0, err
 	}
 	return value, token, nil
-}
-
-// Fence is not served yet.
-func (s *httpStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
-	return errors.New("httpStore: Fence is not served yet")
 }

@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -78,5 +79,101 @@ func TestStoreServerAppliesLateWrites(t *testing.T) {
 	}
 	if r := checkDeliveries(rec.snapshot(), entries); !r.ok() || r.Late != 1 || r.LateRejected != 1 {
 		t.Errorf("deliveries: %+v", r)
+	}
+}
+
+// Fences over HTTP: the handler raises the store's fence, a lower Put or
+// Fence comes back as a *StaleTokenError with the fence as Current, a Get
+// returns the value with the token that wrote it, and Update runs through
+// it (Fence, Get, Put). The ledger records the fences in effect order, and
+// checker A and the deliveries account for them.
+func TestStoreServerFences(t *testing.T) {
+	led := &ledger{inner: fencedlock.NewMemoryStore()}
+	srv := startStoreServer(t, led)
+	s := newHTTPStore(srv.Listener.Addr().String())
+	t.Cleanup(s.close)
+	ctx := context.Background()
+
+	if err := s.Fence(ctx, "r", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Fatalf("get of a resource only fenced: %v, want ErrNotFound", err)
+	}
+	if err := s.Put(ctx, "r", 5, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fence(ctx, "r", 7); err != nil {
+		t.Fatal(err)
+	}
+	if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "a" || tok != 5 {
+		t.Fatalf("get after the fence: %q %d %v, want a, the writer's token 5", v, tok, err)
+	}
+	var stale *fencedlock.StaleTokenError
+	if err := s.Put(ctx, "r", 6, []byte("b")); !errors.As(err, &stale) || stale.Token != 6 || stale.Current != 7 {
+		t.Fatalf("put below the fence: %v, want a *StaleTokenError 6 < 7", err)
+	}
+	if err := s.Fence(ctx, "r", 6); !errors.As(err, &stale) || stale.Token != 6 || stale.Current != 7 || stale.Resource != "r" {
+		t.Fatalf("fence below the fence: %v, want a *StaleTokenError 6 < 7", err)
+	}
+	if err := s.Fence(ctx, "r", 0); !errors.Is(err, fencedlock.ErrInvalidToken) {
+		t.Fatalf("fence with a zero token: %v, want ErrInvalidToken", err)
+	}
+	err := fencedlock.Update(ctx, s, "r", 8, func(v []byte, found bool) ([]byte, error) {
+		if !found || string(v) != "a" {
+			t.Errorf("Update read %q, %v; want a", v, found)
+		}
+		return append(v, 'x'), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fencedlock.Update(ctx, s, "r", 7, func([]byte, bool) ([]byte, error) {
+		t.Error("fn called with a stale token")
+		return nil, nil
+	}); !errors.As(err, &stale) || stale.Current != 8 {
+		t.Fatalf("Update with a stale token: %v, want a *StaleTokenError with current 8", err)
+	}
+	if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "ax" || tok != 8 {
+		t.Fatalf("get after Update: %q %d %v", v, tok, err)
+	}
+
+	entries := led.snapshot()
+	var kinds []string
+	for _, e := range entries {
+		k := "put"
+		if e.Fence {
+			k = "fence"
+		}
+		if !e.Accepted {
+			k += "-refused"
+		}
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, e.Token))
+	}
+	want := "[fence 3 put 5 fence 7 put-refused 6 fence-refused 6 fence 8 put 8 fence-refused 7]"
+	if got := fmt.Sprint(kinds); got != want {
+		t.Errorf("ledger %s, want %s", got, want)
+	}
+	if r := checkLedger(entries); !r.ok() || r.Accepted != 2 || r.Rejected != 1 || r.FencesAccepted != 3 || r.FencesRejected != 2 {
+		t.Errorf("checker A: %+v", r)
+	}
+}
+
+// The negative control's store accepts a Fence and keeps no fence: a
+// later Put with a lower token is accepted.
+func TestUnfencedStoreKeepsNoFence(t *testing.T) {
+	ctx := context.Background()
+	s := &unfencedStore{}
+	if err := s.Fence(ctx, "r", 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "r"); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Fatalf("get of a resource only fenced: %v, want ErrNotFound", err)
+	}
+	if err := s.Put(ctx, "r", 5, []byte("a")); err != nil {
+		t.Fatalf("put below the fence: %v, want it accepted", err)
+	}
+	if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "a" || tok != 5 {
+		t.Fatalf("get: %q %d %v", v, tok, err)
 	}
 }

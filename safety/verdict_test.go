@@ -16,7 +16,7 @@ import (
 // violation (in the negative control: on finding none).
 func (r *scenarioRun) check(history []op) summary {
 	t, sc := r.t, r.sc
-	sum := summary{Name: sc.name, Seed: r.seed, Ops: len(history), Faults: r.nem.counts, Negative: sc.negative}
+	sum := summary{Name: sc.name, Seed: r.seed, Ops: len(history), Faults: r.nem.counts, Negative: sc.negative, Store: sc.store, WorkloadKind: sc.workload}
 	sum.Clients = fmt.Sprint(inProcessClients)
 	if sc.children > 0 {
 		sum.Clients += fmt.Sprintf("+%d", sc.children)
@@ -36,6 +36,11 @@ func (r *scenarioRun) check(history []op) summary {
 				sum.Stale++
 			case outUnknown:
 				sum.Unknown++
+			}
+		case o.Kind == opFence:
+			sum.Fences++
+			if o.Outcome == outStale {
+				sum.FencesStale++
 			}
 		}
 	}
@@ -114,6 +119,32 @@ func (r *scenarioRun) check(history []op) summary {
 	case sum.Lin.Result == porcupine.Unknown:
 		// Checks take milliseconds: a timeout is a problem of its own.
 		t.Errorf("checker C: porcupine timed out after %v: linearizability not decided (-safety.check-timeout raises the limit)", r.cfg.checkTimeout)
+	}
+
+	// E: the appends, in the append workload.
+	if sc.workload != workloadRegister {
+		ar := checkAppends(history)
+		sum.Appends = &ar
+		t.Logf("checker E: %v", ar)
+		judged := ar // what fails the scenario
+		if ar.Updates == 0 {
+			t.Errorf("the workload did nothing: no update")
+		}
+		if sc.workload == workloadGetPut {
+			// Its negative control: without the Fence, a stale holder's
+			// write lands between another holder's read and write, is
+			// acknowledged, and is overwritten.
+			if ar.Lost == 0 {
+				t.Errorf("checker E could not fail: with Get then Put, without the Fence, it found no acknowledged append lost: %v", ar)
+			} else {
+				t.Logf("checker E's negative control caught: %d of %d acknowledged appends lost; first: %s", ar.Lost, ar.Acknowledged, ar.Examples[0])
+			}
+			judged.Lost = 0 // the other violations still fail it
+		}
+		if !judged.ok() {
+			t.Errorf("checker E: %d acknowledged appends lost, %d items duplicated, %d refused but present, %d foreign, %d resources unread:\n  %s",
+				judged.Lost, ar.Duplicated, ar.RefusedPresent, ar.Foreign, ar.Unread, strings.Join(ar.Examples, "\n  "))
+		}
 	}
 
 	// The negative control must be caught by every checker that can see it.
@@ -288,7 +319,11 @@ func (r *scenarioRun) saveHistory(history []op) {
 	if r.ledger != nil {
 		var b strings.Builder
 		for _, e := range r.ledger.snapshot() {
-			fmt.Fprintf(&b, "%s %s token=%d value=%q accepted=%v current=%d err=%q\n", wallTime(e.At), e.Resource, e.Token, e.Value, e.Accepted, e.Current, e.Err)
+			kind := "put"
+			if e.Fence {
+				kind = "fence"
+			}
+			fmt.Fprintf(&b, "%s %s %s token=%d value=%q accepted=%v current=%d err=%q\n", wallTime(e.At), kind, e.Resource, e.Token, e.Value, e.Accepted, e.Current, e.Err)
 		}
 		lpath := filepath.Join(dir, r.sc.name+"-ledger.txt")
 		if err := os.WriteFile(lpath, []byte(b.String()), 0o644); err == nil {

@@ -3,23 +3,32 @@
 // checker of fencedlock's tests: the root package's store tests and the
 // fault-injection safety suite (package safety, its checker C) use it.
 //
-// The register's state is the last accepted value and its token. A Put
-// with token t:
-//   - answered OK: t is not below the stored token, and the state becomes
-//     (value, t);
-//   - answered Stale with current c: t is below the stored token, which is
-//     c, and nothing changes;
+// The register's state is the last accepted value, the token that wrote
+// it, and the fence: the highest token an accepted Put or Fence carried.
+// A Put with token t:
+//   - answered OK: t is not below the fence, and the state becomes
+//     (value, t) with fence t;
+//   - answered Stale with current c: t is below the fence, which is c, and
+//     nothing changes;
 //   - with an Unknown answer: either of the above, whichever the rule
 //     allows (or nothing), at any point up to the end of the history,
 //     since a write held in the network can land after its client gave up.
 //
-// A Get returns the stored value and token, or NotFound before the first
-// write. Gets with an Unknown answer say nothing and are dropped.
+// A Fence with token t is a Put that writes no value: answered OK, t is
+// not below the fence and the fence becomes t (the value and its token
+// stay); answered Stale with current c, t is below the fence, which is c;
+// with an Unknown answer, either, or nothing, as for a Put.
+//
+// A Get returns the stored value and the token that wrote it (not the
+// fence), or NotFound before the first accepted Put, fences or not. A Get
+// whose client did not learn the token (Token 0) is checked by its value
+// alone. Gets with an Unknown answer say nothing and are dropped.
 //
 // A history is legal when it is linearizable with respect to that register
 // (checked with porcupine): every call took effect at one instant between
-// its call and its return (Unknown Puts: up to the end of the history, the
-// Final Gets excepted). Check adds a rule on what a refusal reports.
+// its call and its return (Unknown Puts and Fences: up to the end of the
+// history, the Final Gets excepted). Check adds a rule on what a refusal
+// reports.
 package history
 
 import (
@@ -40,8 +49,9 @@ type Kind int
 
 // The operations of a fenced store.
 const (
-	Put Kind = iota // Store.Put with a token
-	Get             // Store.Get
+	Put   Kind = iota // Store.Put with a token
+	Get               // Store.Get
+	Fence             // Store.Fence with a token
 )
 
 // Outcome is how an Op ended, as its client saw it.
@@ -49,10 +59,10 @@ type Outcome string
 
 // The outcomes.
 const (
-	OK       Outcome = "ok"       // Put: accepted; Get: returned a value
-	Stale    Outcome = "stale"    // Put refused with a *fencedlock.StaleTokenError
+	OK       Outcome = "ok"       // Put, Fence: accepted; Get: returned a value
+	Stale    Outcome = "stale"    // Put, Fence: refused with a *fencedlock.StaleTokenError
 	NotFound Outcome = "notfound" // Get: the store holds no value
-	Unknown  Outcome = "unknown"  // any other error: the Put may have landed, or may land later
+	Unknown  Outcome = "unknown"  // any other error: the Put or Fence may have landed, or may land later
 )
 
 // Op is one call to a store. Call and Return are timestamps on one clock
@@ -65,22 +75,29 @@ type Op struct {
 	Call     int64
 	Return   int64
 	Outcome  Outcome
-	Token    fencedlock.Token // Put: written with; Get: read
-	Value    string           // Put: written (unique per resource); Get: read
-	Current  fencedlock.Token // Put refused as Stale: the store's token
+	// Token is the token a Put was written with, or a Fence raised to, or
+	// the token a Get read: 0 when the client read the value without it
+	// (fencedlock.Update gives fn the value alone); the value, unique per
+	// resource, still names the write it read.
+	Token   fencedlock.Token
+	Value   string           // Put: written (unique per resource); Get: read
+	Current fencedlock.Token // Put or Fence refused as Stale: the store's fence
 	// Final marks a Get made once no write could land any more: Unknown
-	// Puts take effect before it, if at all.
+	// Puts and Fences take effect before it, if at all.
 	Final bool
-	// Refusal is the error of a Stale Put, when the client kept it: Check
-	// requires that it names the Put's own resource and token and the
-	// Current above.
+	// Refusal is the error of a Stale Put or Fence, when the client kept
+	// it: Check requires that it names the op's own resource and token
+	// and the Current above.
 	Refusal *fencedlock.StaleTokenError
 }
 
 func (o Op) String() string {
 	kind := "Put"
-	if o.Kind == Get {
+	switch o.Kind {
+	case Get:
 		kind = "Get"
+	case Fence:
+		kind = "Fence"
 	}
 	s := fmt.Sprintf("c%d %s(%s, token %d, %q) %s", o.Client, kind, o.Resource, o.Token, o.Value, o.Outcome)
 	if o.Outcome == Stale {
@@ -90,18 +107,18 @@ func (o Op) String() string {
 }
 
 // Check checks ops and returns one line per violation, none for a legal
-// history: every refusal reports its own Put (when Refusal is set), and
-// the history is linearizable with respect to the fenced register. It
-// waits as long as the linearizability check takes.
+// history: every refusal reports its own Put or Fence (when Refusal is
+// set), and the history is linearizable with respect to the fenced
+// register. It waits as long as the linearizability check takes.
 func Check(ops []Op) []string {
 	var bad []string
 	for _, o := range ops {
-		if o.Kind != Put || o.Outcome != Stale || o.Refusal == nil {
+		if o.Kind == Get || o.Outcome != Stale || o.Refusal == nil {
 			continue
 		}
 		r := o.Refusal
 		if r.Resource != o.Resource || r.Token != o.Token {
-			bad = append(bad, fmt.Sprintf("%v refused with %+v, naming another write", o, *r))
+			bad = append(bad, fmt.Sprintf("%v refused with %+v, naming another op", o, *r))
 		}
 		if r.Current != o.Current {
 			bad = append(bad, fmt.Sprintf("%v refused with %+v, whose Current is not the op's", o, *r))
@@ -133,7 +150,7 @@ func Visualize(info porcupine.LinearizationInfo, path string) error {
 
 type input struct {
 	Resource string
-	Put      bool
+	Kind     Kind
 	Token    fencedlock.Token
 	Value    string // written
 }
@@ -142,28 +159,33 @@ type output struct {
 	Outcome Outcome
 	Token   fencedlock.Token // read
 	Value   string           // read
-	Current fencedlock.Token // refused as stale: the store's token
+	Current fencedlock.Token // refused as stale: the store's fence
 }
 
 type state struct {
 	Value   string
-	Token   fencedlock.Token
+	Token   fencedlock.Token // the token that wrote Value
 	Written bool
+	Fence   fencedlock.Token // at or above Token
 }
 
 // step returns the states the register can be in after the operation,
 // none when the operation's output is impossible from s.
 func step(s state, in input, out output) []any {
-	if in.Put {
-		next := state{Value: in.Value, Token: in.Token, Written: true}
-		passes := in.Token >= s.Token // the fence rule, fencedlock.CheckToken
+	if in.Kind == Put || in.Kind == Fence {
+		next := s
+		next.Fence = in.Token
+		if in.Kind == Put {
+			next.Value, next.Token, next.Written = in.Value, in.Token, true
+		}
+		passes := in.Token >= s.Fence // the fence rule, fencedlock.CheckToken
 		switch out.Outcome {
 		case OK:
 			if passes {
 				return []any{next}
 			}
 		case Stale:
-			if !passes && out.Current == s.Token {
+			if !passes && out.Current == s.Fence {
 				return []any{s}
 			}
 		default: // unknown: applied, if the rule lets it, or not
@@ -176,7 +198,7 @@ func step(s state, in input, out output) []any {
 	}
 	switch out.Outcome {
 	case OK:
-		if s.Written && s.Value == out.Value && s.Token == out.Token {
+		if s.Written && s.Value == out.Value && (s.Token == out.Token || out.Token == 0) {
 			return []any{s}
 		}
 	case NotFound:
@@ -216,15 +238,23 @@ var nondeterministic = porcupine.NondeterministicModel{
 		if s.Written {
 			h.Write([]byte{1})
 		}
+		h.Write([]byte(strconv.FormatUint(uint64(s.Fence), 10)))
 		return h.Sum64()
 	},
 	DescribeOperation: func(i, o any) string {
 		in, out := i.(input), o.(output)
-		if in.Put {
+		var call string
+		switch in.Kind {
+		case Put:
+			call = fmt.Sprintf("put(%s, t%d)", in.Value, in.Token)
+		case Fence:
+			call = fmt.Sprintf("fence(t%d)", in.Token)
+		}
+		if call != "" {
 			if out.Outcome == Stale {
-				return fmt.Sprintf("put(%s, t%d) -> stale (current t%d)", in.Value, in.Token, out.Current)
+				return fmt.Sprintf("%s -> stale (current t%d)", call, out.Current)
 			}
-			return fmt.Sprintf("put(%s, t%d) -> %s", in.Value, in.Token, out.Outcome)
+			return fmt.Sprintf("%s -> %s", call, out.Outcome)
 		}
 		if out.Outcome == OK {
 			return fmt.Sprintf("get() -> %s, t%d", out.Value, out.Token)
@@ -233,18 +263,22 @@ var nondeterministic = porcupine.NondeterministicModel{
 	},
 	DescribeState: func(st any) string {
 		s := st.(state)
-		if !s.Written {
-			return "empty"
+		desc := "empty"
+		if s.Written {
+			desc = fmt.Sprintf("%s, t%d", s.Value, s.Token)
 		}
-		return fmt.Sprintf("%s, t%d", s.Value, s.Token)
+		if s.Fence > s.Token {
+			desc += fmt.Sprintf(", fence t%d", s.Fence)
+		}
+		return desc
 	},
 }
 
 var model = nondeterministic.ToModel()
 
-// operations turns ops into porcupine's operations. A Put with an unknown
-// answer may take effect at any time after its call, so its return is the
-// end of the history: after every op but the Final Gets.
+// operations turns ops into porcupine's operations. A Put or Fence with an
+// unknown answer may take effect at any time after its call, so its return
+// is the end of the history: after every op but the Final Gets.
 func operations(ops []Op) []porcupine.Operation {
 	var end int64
 	for _, o := range ops {
@@ -259,8 +293,11 @@ func operations(ops []Op) []porcupine.Operation {
 		var in input
 		var res output
 		switch o.Kind {
-		case Put:
-			in = input{Resource: o.Resource, Put: true, Token: o.Token, Value: o.Value}
+		case Put, Fence:
+			in = input{Resource: o.Resource, Kind: o.Kind, Token: o.Token}
+			if o.Kind == Put {
+				in.Value = o.Value
+			}
 			res = output{Outcome: o.Outcome, Current: o.Current}
 			if o.Outcome != OK && o.Outcome != Stale {
 				res.Outcome = Unknown
@@ -270,7 +307,7 @@ func operations(ops []Op) []porcupine.Operation {
 			if o.Outcome != OK && o.Outcome != NotFound {
 				continue
 			}
-			in = input{Resource: o.Resource}
+			in = input{Resource: o.Resource, Kind: Get}
 			res = output{Outcome: o.Outcome, Token: o.Token, Value: o.Value}
 		default:
 			continue

@@ -25,6 +25,21 @@ func unknownPut(tok fencedlock.Token, value string, call, ret int64) history.Op 
 	return history.Op{Resource: "r", Kind: history.Put, Token: tok, Value: value, Outcome: history.Unknown, Call: call, Return: ret}
 }
 
+func fence(tok fencedlock.Token, call, ret int64) history.Op {
+	return history.Op{Resource: "r", Kind: history.Fence, Token: tok, Outcome: history.OK, Call: call, Return: ret}
+}
+
+// staleFence is a refused Fence whose refusal, as the client kept it,
+// names it.
+func staleFence(tok, cur fencedlock.Token, call, ret int64) history.Op {
+	return history.Op{Resource: "r", Kind: history.Fence, Token: tok, Outcome: history.Stale, Current: cur,
+		Refusal: &fencedlock.StaleTokenError{Resource: "r", Token: tok, Current: cur}, Call: call, Return: ret}
+}
+
+func unknownFence(tok fencedlock.Token, call, ret int64) history.Op {
+	return history.Op{Resource: "r", Kind: history.Fence, Token: tok, Outcome: history.Unknown, Call: call, Return: ret}
+}
+
 func get(tok fencedlock.Token, value string, call, ret int64) history.Op {
 	return history.Op{Resource: "r", Kind: history.Get, Token: tok, Value: value, Outcome: history.OK, Call: call, Return: ret}
 }
@@ -54,6 +69,8 @@ func TestCheckRules(t *testing.T) {
 	otherResource.Refusal = &fencedlock.StaleTokenError{Resource: "s", Token: 3, Current: 9}
 	otherCurrent := stale(3, 9, "b", 3, 4)
 	otherCurrent.Refusal = &fencedlock.StaleTokenError{Resource: "r", Token: 3, Current: 8}
+	fenceNamesOther := staleFence(3, 9, 3, 4)
+	fenceNamesOther.Refusal = &fencedlock.StaleTokenError{Resource: "r", Token: 4, Current: 9}
 	unknownGet := history.Op{Resource: "r", Kind: history.Get, Outcome: history.Unknown, Token: 99, Value: "zzz", Call: 3, Return: 4}
 
 	tests := []struct {
@@ -87,6 +104,35 @@ func TestCheckRules(t *testing.T) {
 			final(get(10, "a", 10, 11)), final(get(11, "b", 12, 13))}, false},
 		{"an unknown write that never landed before the final reads", []history.Op{put(10, "a", 1, 2), unknownPut(11, "b", 3, 4),
 			final(get(10, "a", 10, 11))}, true},
+
+		{"a read without its token matches by value", []history.Op{put(5, "a", 1, 2), put(6, "b", 3, 4), get(0, "b", 5, 6)}, true},
+		{"a read without its token of an overwritten value", []history.Op{put(5, "a", 1, 2), put(6, "b", 3, 4), get(0, "a", 5, 6)}, false},
+		{"a read without its token of a value never written", []history.Op{put(5, "a", 1, 2), get(0, "zzz", 3, 4)}, false},
+
+		// Fences: a Fence raises the fence and writes no value.
+		{"fence accepted; reads return the writer's token, not the fence", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4),
+			get(5, "a", 5, 6), fence(7, 7, 8), put(7, "b", 9, 10), get(7, "b", 11, 12)}, true},
+		{"a read returns the fence as the value's token", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4), get(7, "a", 5, 6)}, false},
+		{"a fence alone holds no value", []history.Op{fence(7, 1, 2), notFound(3, 4), put(8, "a", 5, 6), get(8, "a", 7, 8)}, true},
+		{"a read of a value after a fence alone", []history.Op{fence(7, 1, 2), get(7, "", 3, 4)}, false},
+		{"fence refused against a write", []history.Op{put(9, "a", 1, 2), staleFence(7, 9, 3, 4)}, true},
+		{"fence refused against a fence", []history.Op{fence(9, 1, 2), staleFence(7, 9, 3, 4), staleFence(8, 9, 5, 6)}, true},
+		{"fence refused though not stale", []history.Op{put(9, "a", 1, 2), staleFence(9, 9, 3, 4)}, false},
+		{"fence refused reporting a current the store does not hold", []history.Op{put(9, "a", 1, 2), staleFence(7, 10, 3, 4)}, false},
+		{"fence refusal names another token", []history.Op{put(9, "a", 1, 2), fenceNamesOther}, false},
+		{"a lower fence accepted after a higher write", []history.Op{put(9, "a", 1, 2), fence(8, 3, 4)}, false},
+		{"a write refused because of an earlier fence", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4),
+			stale(6, 7, "b", 5, 6), get(5, "a", 7, 8)}, true},
+		{"a write refused reporting the value's token though a fence is higher", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4),
+			stale(6, 5, "b", 5, 6)}, false},
+		{"a write below a returned fence accepted", []history.Op{put(5, "a", 1, 2), fence(7, 3, 4), put(6, "b", 5, 6)}, false},
+		{"a write below a returned fence accepted, on a resource without a value", []history.Op{fence(7, 1, 2), put(6, "b", 3, 4)}, false},
+		{"a write overlapping a fence may go first", []history.Op{put(5, "a", 1, 2), fence(7, 3, 6), put(6, "b", 4, 5)}, true},
+		{"an unknown fence may land and explain a refusal", []history.Op{put(5, "a", 1, 2), unknownFence(7, 3, 4),
+			stale(6, 7, "b", 5, 6), get(5, "a", 7, 8)}, true},
+		{"an unknown fence may never land", []history.Op{put(5, "a", 1, 2), unknownFence(7, 3, 4), put(6, "b", 5, 6)}, true},
+		{"an unknown fence with a lower token cannot land", []history.Op{put(5, "a", 1, 2), unknownFence(4, 3, 4),
+			stale(3, 4, "b", 5, 6)}, false},
 	}
 	for _, tc := range tests {
 		tc := tc
