@@ -179,4 +179,3 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 		assert.NotErrorIs(t, err, fencedlock.ErrUnavailable)
 	})
 }
-
