@@ -260,7 +260,7 @@ func (s *subscriber) read(c *subConn) {
 			s.replace(c, 0)
 			return
 		case isNoPerm(err):
-			s.l.pubsubRefused(strings.ToUpper(confirmation), err)
+			s.l.pubsubRefused(strings.ToUpper(confirmation)+" or PING on the pub/sub connection", err)
 			s.l.dropSubscriber(s)
 			return
 		default:
