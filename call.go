@@ -24,7 +24,7 @@ import (
 // it looks at ctx.
 func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var zero T
-	if err := ctxEnded(ctx); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return zero, &notSentError{err}
 	}
 	if ctx.Done() == nil { // never ends: no need for a goroutine
@@ -71,6 +71,35 @@ func ctxEnded(ctx context.Context) error {
 	return nil
 }
 
+// ctxErr is the error of a call that ctx stopped: ctxEnded's, wrapped
+// together with context.Cause(ctx) when the cause says more (ctx was
+// cancelled with a cause, such as a Lock's loss); nil while ctx lasts.
+func ctxErr(ctx context.Context) error {
+	err := ctxEnded(ctx)
+	if err == nil {
+		return nil
+	}
+	if cause := stopCause(ctx); cause != nil {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
+}
+
+// stopCause returns context.Cause(ctx) when ctx has ended with a cause of
+// its own, not just its error (context.Canceled, DeadlineExceeded); nil
+// otherwise. A call that such a ctx stopped is not a backend failure: its
+// error wraps the cause, not ErrUnavailable.
+func stopCause(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return cause
+	}
+	return nil
+}
+
 // corruptTag starts the error replies of scripts that found a key holding
 // a value the library did not write.
 const corruptTag = "FENCEDLOCK_CORRUPT "
@@ -98,6 +127,13 @@ func redisErr(ctx context.Context, op, name string, err error, keys ...string) e
 		return fmt.Errorf("fencedlock: %s %s: nothing sent, the context had ended: %w", op, names.Quote(name), err)
 	}
 	cerr := ctxEnded(ctx)
+	if cerr != nil && (errors.Is(err, cerr) || !isServerError(err)) {
+		if cause := stopCause(ctx); cause != nil {
+			// The ctx was ended on purpose, for a reason of its own:
+			// that, not Redis, stopped the call.
+			return fmt.Errorf("fencedlock: %s %s: stopped before Redis answered: %w (%w)", op, names.Quote(name), cause, cerr)
+		}
+	}
 	switch {
 	case cerr != nil && errors.Is(err, cerr):
 		return fmt.Errorf("%w: %s %s: no answer from Redis before the context ended: %w", ErrUnavailable, op, names.Quote(name), err)
@@ -159,12 +195,12 @@ const (
 var errCleanupPending = errors.New("it goes on in the background")
 
 // cleanUp runs fn, cleaning up after the call of ctx on resource, within
-// cleanupTimeout of its own, even when ctx has ended. It waits for fn
+// budget of its own (cleanupTimeout for most), even when ctx has ended. It waits for fn
 // while ctx lasts (and cleanupGrace after) and returns fn's error, nil
 // when it succeeded, or an error wrapping errCleanupPending when ctx ended
 // first: fn goes on, and its failure is logged (see WithLogger). When
 // maxCleanups are running it does not start fn, and says so.
-func (l *Locker) cleanUp(ctx context.Context, resource, what string, fn func(context.Context) error) error {
+func (l *Locker) cleanUp(ctx context.Context, resource, what string, budget time.Duration, fn func(context.Context) error) error {
 	select {
 	case l.cleanups <- struct{}{}:
 	default:
@@ -178,7 +214,7 @@ func (l *Locker) cleanUp(ctx context.Context, resource, what string, fn func(con
 	)
 	go func() {
 		defer func() { <-l.cleanups }()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 		defer cancel()
 		err := fn(cctx)
 		mu.Lock()
@@ -237,6 +273,13 @@ func cleanupErr(err error, what, harm string, cerr error) error {
 // also names it (cleanup). Nothing written to a store is logged.
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) { l.logger = logger }
+}
+
+// debug logs msg at Debug with attrs, if the Locker has a logger.
+func (l *Locker) debug(msg string, attrs ...any) {
+	if l.logger != nil {
+		l.logger.Debug(msg, attrs...)
+	}
 }
 
 // warn logs msg at Warn with the resource and attrs, if the Locker has a

@@ -396,9 +396,8 @@ func (s *cleanupSpy) grant(t *testing.T) (int, fencedlock.Token) {
 //     which comes after the drops are used up, frees the grant.
 //   - The cleanup loses its replies too (MaxRetries 1: two acquire runs and
 //     two cleanup runs, four drops). A dropped reply is cut off after Redis
-//     ran the command, so the cleanup did free the grant; but the caller
-//     cannot know that, and the error must say the grant may stay locked
-//     until its TTL ends.
+//     ran the command: the cleanup asks again, as after any error that
+//     means "not now", finds the grant gone, and reports no failure.
 func TestLostRepliesOnTheNetwork(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -409,13 +408,13 @@ func TestLostRepliesOnTheNetwork(t *testing.T) {
 		warm  int
 		drops int
 		// granted: the caller gets the lock. Otherwise the cleanup freed
-		// the grant, and cleanupReported says whether the error reports
-		// that it may not have (its replies were lost too).
-		granted, cleanupReported bool
+		// the grant, and cleanupRetried says that it had to ask again (its
+		// replies were lost too).
+		granted, cleanupRetried bool
 	}{
 		{"acquire reply lost once is granted on retry", 3, 1, 1, true, false},
 		{"acquire reply lost on every retry leaves no lock", 1, 2, 2, false, false},
-		{"cleanup reply lost too is reported", 1, 4, 4, false, true},
+		{"cleanup reply lost too is retried", 1, 4, 4, false, true},
 	}
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
@@ -440,7 +439,9 @@ func TestLostRepliesOnTheNetwork(t *testing.T) {
 						lock, err := ac.call(actx, fl, res)
 						require.Equal(t, tc.drops, p.Dropped(), "the proxy did not drop the %d replies", tc.drops)
 
-						if tc.granted {
+						// Acquire rides out the lost replies: an attempt
+						// sent again by the waiter returns the grant too.
+						if tc.granted || ac.name == "Acquire" {
 							require.NoError(t, err, "the re-sent acquire must return the grant its lost reply carried")
 							require.NotNil(t, lock)
 							assert.Greater(t, lock.Token(), before, "the grant must take a higher token")
@@ -466,16 +467,20 @@ func TestLostRepliesOnTheNetwork(t *testing.T) {
 						assert.Nil(t, lock)
 						require.Error(t, err)
 						assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, "no attempt got a reply: the lock was not found held")
-						if tc.cleanupReported {
-							assert.Contains(t, strings.ToLower(err.Error()), "releas", "the error must say the grant may not have been released: %v", err)
-						} else {
-							assert.NotErrorIs(t, err, context.DeadlineExceeded)
-							// The cleanup got through at once (no drops were
-							// left for its reply): no failed cleanup reported.
-							assert.NotContains(t, strings.ToLower(err.Error()), "releas")
-						}
+						assert.NotErrorIs(t, err, context.DeadlineExceeded)
+						// The cleanup got through, at once (no drops were
+						// left for its reply) or when it asked again after
+						// its own lost replies: no failed cleanup reported.
+						assert.NotContains(t, strings.ToLower(err.Error()), "failed too")
+						assert.NotContains(t, strings.ToLower(err.Error()), "background")
 						calls, tok := spy.grant(t)
-						assert.Equal(t, 1, calls, "one cleanup (go-redis re-sends it within the call)")
+						if tc.cleanupRetried {
+							// go-redis re-sends it once within a run; the
+							// cleanup asks again when both replies are lost.
+							assert.Equal(t, 2, calls, "the cleanup asks again after its replies were lost")
+						} else {
+							assert.Equal(t, 1, calls, "one cleanup (go-redis re-sends it within the call)")
+						}
 						assert.Greater(t, tok, before)
 
 						// The attempt was granted, and the cleanup ran in

@@ -176,7 +176,7 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		cancel(context.Canceled)
 		// Within ctx, and within a second in the background once ctx
 		// has ended; a failure then is logged (see WithLogger).
-		_ = l.cleanUp(ctx, resource, "release after Do", lock.Release)
+		_ = l.cleanUp(ctx, resource, "release after Do", cleanupTimeout, lock.Release)
 	}()
 	err = fn(fnCtx, lock)
 	if err != nil {

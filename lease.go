@@ -294,7 +294,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := k.ended(); err != nil {
 		return err
 	}
-	if err := ctxEnded(ctx); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
 	}
 	// One Release at a time: a second one waits (while its ctx lasts),
@@ -316,6 +316,9 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 		select {
 		case <-running:
 		case <-ctx.Done():
+			if cause := stopCause(ctx); cause != nil {
+				return fmt.Errorf("fencedlock: release %s: stopped while another Release of this Lock had no answer: %w", names.Quote(k.resource), ctxErr(ctx))
+			}
 			return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
 		}
 	}
@@ -377,7 +380,7 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
-	if len(res) != 1 && len(res) != 3 {
+	if len(res) != 1 && len(res) != 4 {
 		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
 	held, _ := res[0].(int64)
@@ -389,13 +392,19 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 	if err != nil || owner == "" {
 		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
+	if published, _ := res[3].(int64); published != statusPublished {
+		k.locker.pubsubRefused("PUBLISH of a hand-over on "+k.channel, nil)
+	}
 	return held == statusHeld, owner, token, nil
 }
 
 // giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
 // leaves the queue if queued, releases (handing on) a lock granted to the
 // attempt meanwhile, and, with markerMS above zero, sets the attempt's
-// abandon marker for that long. Callers run it through Locker.cleanUp.
+// abandon marker for that long. An error that means "not now" (see
+// notNow) is tried again, after a pause that grows, while ctx lasts: the
+// release script does the same whether it runs once or again. Callers
+// run it through Locker.cleanUp.
 func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64) error {
 	entry, marker := "", any("")
 	if queued {
@@ -404,11 +413,24 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 	if markerMS > 0 {
 		marker = markerMS
 	}
-	_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
-	if owner != "" {
-		k.handedOver(ctx, owner, token)
+	pause := minReconnectPause
+	for {
+		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
+		if owner != "" {
+			k.handedOver(ctx, owner, token)
+		}
+		if err == nil || !notNow(err) || ctxEnded(ctx) != nil {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, maxReconnectPause)
 	}
-	return err
 }
 
 // TTL returns the lock's remaining time to live in Redis, if this Lock

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,10 +51,13 @@ type Locker struct {
 	observer Observer      // set by WithObserver
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
 
-	mu     sync.Mutex             // guards the fields below
-	queues map[string]*waitQueue  // local waiters by resource
-	subs   map[uint16]*subscriber // subscriptions by group (see subGroup)
-	pubsub pubsubKind             // learnt by probe
+	warnedPubSub atomic.Bool // the Warn that Redis refused pub/sub was logged
+
+	mu          sync.Mutex             // guards the fields below
+	queues      map[string]*waitQueue  // local waiters by resource
+	subs        map[uint16]*subscriber // subscriptions by group (see subGroup)
+	pubsub      pubsubKind             // learnt by probe
+	pubsubAsked time.Time              // when pubsub was learnt
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,
@@ -279,7 +283,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if err != nil {
 		return nil, err
 	}
-	if err := ctxEnded(ctx); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), err)
 	}
 	lock, err := l.newLock(resource)
@@ -287,8 +291,11 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, err
 	}
 	sent := time.Now()
-	granted, _, err := l.attempt(ctx, lock, ms, 0, false)
+	granted, _, err := l.attempt(ctx, lock, ms, 0)
 	if err != nil {
+		if answerLost(err) {
+			err = l.abandon(ctx, lock, ms, 0, true, true, err)
+		}
 		return nil, err
 	}
 	if !granted {
@@ -304,12 +311,10 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 // attempt runs the acquire script once for an ungranted lock. When
 // granted it sets lock's token and reports true; when not, it reports
 // what the refusal said. life is 0 for a single attempt; for a waiter, it
-// is how long its place in the queue lasts without another attempt.
-// refused says that an earlier attempt of the same wait was refused: if
-// ctx ends before this one's answer, the last answer still says that the
-// lock is held, and the error wraps ErrNotAcquired rather than
-// ErrUnavailable.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration, refused bool) (bool, refusal, error) {
+// is how long its place in the queue lasts without another attempt. Its
+// error is redisErr's, or says that the reply could not be read; it
+// cleans up nothing: see abandon.
+func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, refusal, error) {
 	var lifeArg any = ""
 	if life > 0 {
 		lifeArg = life.Milliseconds()
@@ -318,22 +323,7 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		return acquireScript.run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
 	})
 	if err != nil {
-		rerr := redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
-		if cerr := ctxEnded(ctx); refused && cerr != nil && !isServerError(err) {
-			rerr = fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(lock.resource), cerr)
-		}
-		if !isServerError(err) && !unsent(err) {
-			// The grant may have happened with its reply lost, or the
-			// request may still be on its way: free the lock, or mark the
-			// attempt abandoned so that the script refuses it on arrival.
-			// At most the longest time.Duration: ms came from one.
-			markerMS := min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
-			cerr := l.cleanUp(ctx, lock.resource, "give up acquire", func(ctx context.Context) error {
-				return lock.giveUp(ctx, ms, life > 0, markerMS)
-			})
-			rerr = cleanupErr(rerr, "releasing the grant the lost reply may have carried", "it may stay locked until its TTL ends", cerr)
-		}
-		return false, refusal{}, rerr
+		return false, refusal{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 	}
 	if len(res) < 2 {
 		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: unexpected reply %v", names.Quote(lock.resource), res)
@@ -357,6 +347,43 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 	}
 	lock.token = token
 	return true, refusal{}, nil
+}
+
+// answerLost reports whether err, an attempt's error, says that the
+// request may have reached Redis and run there with its reply lost (or
+// still on its way): not an error reply, and not a request that was
+// never sent.
+func answerLost(err error) bool { return !isServerError(err) && !unsent(err) }
+
+// abandon gives up the acquire attempts of lock for ms milliseconds,
+// whose wait ends with err: when queued in Redis (place is the life of
+// its place there, 0 when not queued) it leaves the queue, passing on a
+// lock handed to it meanwhile, and when lost says that an attempt got no
+// answer, it releases what that attempt may have been granted and leaves
+// the marker that refuses a copy still on its way (see Lock.giveUp). It
+// returns err with how that went, telling of a grant a lost reply may
+// have carried only when unanswered says the last attempt got no answer.
+//
+// It tries while its place may still be handed the lock, at least
+// cleanupTimeout, so that an error reply that means "not now" (TRYAGAIN
+// during a Cluster reshard) leaves no entry that a release could hand the
+// lock to.
+func (l *Locker) abandon(ctx context.Context, lock *Lock, ms int64, place time.Duration, lost, unanswered bool, err error) error {
+	var markerMS int64
+	if lost {
+		// At most the longest time.Duration: ms came from one.
+		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
+	}
+	cerr := l.cleanUp(ctx, lock.resource, "give up acquire", max(cleanupTimeout, place), func(ctx context.Context) error {
+		return lock.giveUp(ctx, ms, place > 0, markerMS)
+	})
+	switch {
+	case unanswered:
+		return cleanupErr(err, "releasing the grant the lost reply may have carried", "it may stay locked until its TTL ends", cerr)
+	case place > 0:
+		return cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
+	}
+	return cleanupErr(err, "refusing a late copy of an attempt that got no answer", "such a copy may take the lock for its TTL", cerr)
 }
 
 // refusal is what a refused acquire attempt learned.

@@ -2,6 +2,8 @@ package fencedlock
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"time"
 
@@ -13,6 +15,26 @@ import (
 // costs no new subscription.
 var subscriptionLinger = time.Second
 
+// The subscriber's own check of its connection: a connection that has
+// received nothing for pingAfter is sent a PING, and one that has not
+// answered it within pongWithin is replaced. go-redis does not notice a
+// connection that stalls without closing.
+var (
+	pingAfter  = time.Second
+	pongWithin = 2 * time.Second
+)
+
+// Pauses between the subscriber's attempts to connect again after an
+// error, doubling from the first to the last.
+const (
+	minReconnectPause = 10 * time.Millisecond
+	maxReconnectPause = time.Second
+)
+
+// pubsubRetryAfter is how long a Locker whose pub/sub Redis refused goes
+// without asking again; its waiters rely on their timers meanwhile.
+const pubsubRetryAfter = time.Minute
+
 // subscriber is one pub/sub connection of a Locker, shared by all its
 // waiters (on Redis Cluster with sharded pub/sub, by the waiters whose
 // resources hash to one slot). It lives while a channel is subscribed.
@@ -21,7 +43,9 @@ var subscriptionLinger = time.Second
 // themselves, so that a slow or stalled Redis holds up no waiter, only
 // the subscriptions, which waiters do not wait for beyond their ctx and
 // their fallback timer. Requests reach it in the order the Locker decided
-// on them, under the Locker's mu.
+// on them, under the Locker's mu. Another goroutine per connection reads
+// it (see read), checks that it answers, and asks serve to replace it
+// when it does not.
 type subscriber struct {
 	l        *Locker
 	group    uint16
@@ -33,10 +57,12 @@ type subscriber struct {
 }
 
 // subRequest is a request to a subscriber's goroutine: subscribe to
-// channel, unsubscribe from it, or close the connection for good.
+// channel, unsubscribe from it, replace the connection conn, or close the
+// connection for good.
 type subRequest struct {
 	channel string
 	op      subOp
+	conn    *subConn // opReconnect: the connection to replace
 }
 
 // subOp is what a subRequest asks for.
@@ -45,22 +71,29 @@ type subOp int8
 const (
 	opSubscribe subOp = iota
 	opUnsubscribe
+	opReconnect
 	opClose
 )
 
+// subConn is one connection of a subscriber and its reader.
+type subConn struct {
+	ps *redis.PubSub
+}
+
 // subscribe makes sure that q's channel is subscribed, and returns a
 // channel closed once the subscription is confirmed; nil when it is
-// already, or when the Locker cannot tell which kind of pub/sub Redis has.
+// already, when the Locker cannot tell which kind of pub/sub Redis has,
+// or when Redis refused pub/sub: the waiter then relies on its timer.
 func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	l.mu.Lock()
 	mode := l.pubsub
-	if q.sub != nil || mode == pubsubUnknown {
+	if q.sub != nil || mode == pubsubUnknown || mode == pubsubRefused {
 		sub, ready := q.sub, q.ready
 		l.mu.Unlock()
 		if sub != nil {
 			return pending(ready)
 		}
-		if mode = l.probe(ctx); mode == pubsubUnknown {
+		if mode = l.probe(ctx); mode == pubsubUnknown || mode == pubsubRefused {
 			return nil
 		}
 		l.mu.Lock()
@@ -88,7 +121,7 @@ func (l *Locker) subscribe(ctx context.Context, q *waitQueue) <-chan struct{} {
 	s.channels[q.channel] = q
 	q.sub = s
 	q.ready = make(chan struct{})
-	s.request(subRequest{q.channel, opSubscribe})
+	s.request(subRequest{channel: q.channel, op: opSubscribe})
 	return q.ready
 }
 
@@ -103,12 +136,10 @@ func (s *subscriber) request(r subRequest) {
 }
 
 // serve is the subscriber's goroutine: it sends the requests queued for
-// it, in order, until it has closed the connection. An error from a
-// subscribe or unsubscribe is a broken connection: the client connects
-// again and subscribes to every channel it was asked for.
+// it, in order, until it has closed the connection.
 func (s *subscriber) serve() {
 	ctx := context.Background()
-	var ps *redis.PubSub
+	var conn *subConn
 	for range s.wake {
 		s.l.mu.Lock()
 		todo := s.todo
@@ -117,43 +148,196 @@ func (s *subscriber) serve() {
 		for _, r := range todo {
 			switch {
 			case r.op == opClose:
-				if ps != nil {
-					_ = ps.Close()
+				if conn != nil {
+					_ = conn.ps.Close()
 				}
 				return
-			case ps == nil && r.op == opSubscribe:
-				ps = s.open(ctx, r.channel)
-			case ps == nil:
+			case r.op == opReconnect:
+				if conn != r.conn {
+					continue // replaced already
+				}
+				_ = conn.ps.Close()
+				conn = nil
+				if channels := s.subscribed(); len(channels) > 0 {
+					conn = s.open(ctx, channels)
+				}
+			case conn == nil && r.op == opSubscribe:
+				conn = s.open(ctx, []string{r.channel})
+			case conn == nil:
 			case r.op == opSubscribe && s.sharded:
-				_ = ps.SSubscribe(ctx, r.channel)
+				_ = conn.ps.SSubscribe(ctx, r.channel)
 			case r.op == opSubscribe:
-				_ = ps.Subscribe(ctx, r.channel)
+				_ = conn.ps.Subscribe(ctx, r.channel)
 			case s.sharded:
-				_ = ps.SUnsubscribe(ctx, r.channel)
+				_ = conn.ps.SUnsubscribe(ctx, r.channel)
 			default:
-				_ = ps.Unsubscribe(ctx, r.channel)
+				_ = conn.ps.Unsubscribe(ctx, r.channel)
 			}
 		}
 	}
 }
 
-// open makes the subscriber's connection, subscribed to channel, and
-// starts dispatching what it receives.
-func (s *subscriber) open(ctx context.Context, channel string) *redis.PubSub {
-	var ps *redis.PubSub
+// subscribed returns the channels the subscriber is asked to keep.
+func (s *subscriber) subscribed() []string {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	channels := make([]string, 0, len(s.channels))
+	for ch := range s.channels {
+		channels = append(channels, ch)
+	}
+	return channels
+}
+
+// open makes a connection of the subscriber, subscribed to channels, and
+// starts reading it.
+func (s *subscriber) open(ctx context.Context, channels []string) *subConn {
+	c := &subConn{}
 	if !s.sharded {
-		ps = s.l.client.Subscribe(ctx, channel)
+		c.ps = s.l.client.Subscribe(ctx, channels...)
 	} else {
-		ps = s.l.client.SSubscribe(ctx, channel)
+		c.ps = s.l.client.SSubscribe(ctx, channels...)
 		if s.cluster {
-			// When it reconnects, the client picks the node by the
-			// classic channels alone: one of this slot's keeps it on the
-			// node that serves the slot. Nothing is published on it.
-			_ = ps.Subscribe(ctx, channel)
+			// When go-redis connects again by itself, it picks the
+			// node by the classic channels alone: one of this slot's
+			// keeps it on the node that serves the slot. Nothing is
+			// published on it.
+			_ = c.ps.Subscribe(ctx, channels[0])
 		}
 	}
-	go s.run(ps.ChannelWithSubscriptions())
-	return ps
+	go s.read(c)
+	return c
+}
+
+// replace asks serve to replace c after pause, unless the subscriber
+// closes first.
+func (s *subscriber) replace(c *subConn, pause time.Duration) {
+	if pause > 0 {
+		time.Sleep(pause)
+	}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.l.subs[s.group] == s {
+		s.request(subRequest{op: opReconnect, conn: c})
+	}
+}
+
+// read dispatches what connection c receives until c is closed, or until
+// it fails: then it asks serve for a new connection, whose confirmations
+// make the waiters ask Redis again, for grants published while c was
+// down. A connection that does not answer a PING in time has failed. A
+// subscription that Redis refuses ends the subscriber: see
+// Locker.pubsubRefused.
+func (s *subscriber) read(c *subConn) {
+	ctx := context.Background()
+	confirmation, dropped := "subscribe", "unsubscribe"
+	if s.sharded {
+		confirmation, dropped = "ssubscribe", "sunsubscribe"
+	}
+	var pinged time.Time // when an unanswered PING was sent; zero when none
+	pause := time.Duration(0)
+	for {
+		wait := pingAfter
+		if !pinged.IsZero() {
+			wait = max(time.Until(pinged.Add(pongWithin)), time.Millisecond)
+		}
+		msg, err := c.ps.ReceiveTimeout(ctx, wait)
+		switch {
+		case err == nil:
+			pinged, pause = time.Time{}, 0
+		case errors.Is(err, redis.ErrClosed):
+			return // closed by serve
+		case isTimeout(err) && pinged.IsZero():
+			if err := c.ps.Ping(ctx); err != nil {
+				s.replace(c, 0)
+				return
+			}
+			pinged = time.Now()
+			continue
+		case isTimeout(err) && time.Since(pinged) < pongWithin:
+			continue
+		case isTimeout(err):
+			s.l.debug("fencedlock: pub/sub connection did not answer a PING: replacing it", "within", pongWithin)
+			s.replace(c, 0)
+			return
+		case isNoPerm(err):
+			s.l.pubsubRefused(strings.ToUpper(confirmation)+" or PING on the pub/sub connection", err)
+			s.l.dropSubscriber(s)
+			return
+		default:
+			// A broken connection, or an error reply (LOADING, MOVED
+			// after a slot moved...): connect again, after a pause that
+			// grows while it goes on failing.
+			pause = min(max(2*pause, minReconnectPause), maxReconnectPause)
+			if cc, ok := s.l.client.(*redis.ClusterClient); ok {
+				cc.ReloadState(ctx)
+			}
+			s.replace(c, pause)
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			switch m.Kind {
+			case confirmation:
+				s.l.confirmed(s, m.Channel)
+			case dropped:
+				// Redis dropped a subscription this Locker still wants
+				// (the slot moved to another node): subscribe again, on
+				// the slot's new owner.
+				if s.l.wanted(s, m.Channel) {
+					if cc, ok := s.l.client.(*redis.ClusterClient); ok {
+						cc.ReloadState(ctx)
+					}
+					s.replace(c, minReconnectPause)
+					return
+				}
+			}
+		case *redis.Message:
+			if owner, token, ok := parseGrant(m.Payload); ok {
+				s.l.published(s, m.Channel, owner, token)
+			}
+		}
+	}
+}
+
+// isTimeout reports whether err is a read that timed out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isNoPerm reports whether err is Redis's refusal of a command, key or
+// channel to the connection's ACL user.
+func isNoPerm(err error) bool {
+	return isServerError(err) && redis.HasErrorPrefix(err, "NOPERM")
+}
+
+// wanted reports whether channel is one that s is asked to keep.
+func (l *Locker) wanted(s *subscriber, channel string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.channels[channel] != nil && l.subs[s.group] == s
+}
+
+// dropSubscriber ends s, whose subscription Redis refused: its waiters
+// rely on their timers, and no subscription is made for
+// pubsubRetryAfter.
+func (l *Locker) dropSubscriber(s *subscriber) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pubsub, l.pubsubAsked = pubsubRefused, time.Now()
+	if l.subs[s.group] != s {
+		return
+	}
+	delete(l.subs, s.group)
+	for _, q := range s.channels {
+		if q.sub == s {
+			q.sub = nil
+			if pending(q.ready) != nil {
+				close(q.ready)
+			}
+		}
+	}
+	s.request(subRequest{op: opClose})
 }
 
 // pending returns ready if it is still open, else nil.
@@ -174,12 +358,20 @@ const (
 	pubsubUnknown pubsubKind = iota // not known yet
 	pubsubSharded                   // SSUBSCRIBE (Redis 7 and later)
 	pubsubClassic                   // SUBSCRIBE only
+	pubsubRefused                   // Redis refused the probe or a subscription (ACL)
 )
 
 // probe finds out whether Redis has sharded pub/sub, which the scripts
 // use where they can, and remembers it; pubsubUnknown when Redis could
-// not tell (it is asked again next time).
+// not tell (it is asked again next time), pubsubRefused when Redis
+// refused (it is asked again after pubsubRetryAfter).
 func (l *Locker) probe(ctx context.Context) pubsubKind {
+	l.mu.Lock()
+	if l.pubsub == pubsubRefused && time.Since(l.pubsubAsked) < pubsubRetryAfter {
+		l.mu.Unlock()
+		return pubsubRefused
+	}
+	l.mu.Unlock()
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
 		return l.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Result()
 	})
@@ -187,6 +379,9 @@ func (l *Locker) probe(ctx context.Context) pubsubKind {
 	switch {
 	case err == nil:
 		mode = pubsubSharded
+	case isNoPerm(err):
+		l.pubsubRefused("PUBSUB SHARDNUMSUB", err)
+		mode = pubsubRefused
 	case isServerError(err) && strings.Contains(strings.ToLower(err.Error()), "unknown"):
 		// "unknown subcommand" (Redis before 7) or "unknown command"
 		mode = pubsubClassic
@@ -194,32 +389,28 @@ func (l *Locker) probe(ctx context.Context) pubsubKind {
 		return pubsubUnknown
 	}
 	l.mu.Lock()
-	l.pubsub = mode
+	l.pubsub, l.pubsubAsked = mode, time.Now()
 	l.mu.Unlock()
 	return mode
 }
 
-// run dispatches what the subscription receives until it is closed. The
-// client reconnects a broken connection and subscribes again; the
-// confirmations it then receives make the waiters ask Redis again, for
-// grants published while the connection was down.
-func (s *subscriber) run(msgs <-chan any) {
-	confirmation := "subscribe"
-	if s.sharded {
-		confirmation = "ssubscribe"
+// aclDocs is where the commands, keys and channels a Locker needs are
+// listed.
+const aclDocs = "https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md#acl"
+
+// pubsubRefused logs, once per Locker, that Redis refused what (a
+// publish, the probe or a subscription) to its user, with err when
+// there is one: waiters then learn of hand-overs by their timers, late
+// by up to their retry delay.
+func (l *Locker) pubsubRefused(what string, err error) {
+	if l.logger == nil || !l.warnedPubSub.CompareAndSwap(false, true) {
+		return
 	}
-	for msg := range msgs {
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == confirmation {
-				s.l.confirmed(s, m.Channel)
-			}
-		case *redis.Message:
-			if owner, token, ok := parseGrant(m.Payload); ok {
-				s.l.published(s, m.Channel, owner, token)
-			}
-		}
+	attrs := []any{"refused", what, "acl", aclDocs}
+	if err != nil {
+		attrs = append(attrs, "err", err)
 	}
+	l.logger.Warn("fencedlock: Redis refused pub/sub to this user: waiters fall back to their timers (see the ACL section)", attrs...)
 }
 
 // confirmed records the confirmation of a subscription to channel. The
@@ -266,13 +457,19 @@ func (l *Locker) unsubscribe(q *waitQueue, gen uint64) {
 		delete(l.queues, q.resource)
 	}
 	s := q.sub
+	if s == nil { // its subscription was refused
+		return
+	}
 	delete(s.channels, q.channel)
+	if l.subs[s.group] != s {
+		return
+	}
 	if len(s.channels) == 0 {
 		delete(l.subs, s.group)
 		s.request(subRequest{op: opClose})
 		return
 	}
-	s.request(subRequest{q.channel, opUnsubscribe})
+	s.request(subRequest{channel: q.channel, op: opUnsubscribe})
 }
 
 // hashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of

@@ -76,10 +76,10 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 	if err == nil {
 		return nil
 	}
-	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ctxEnded(ctx)) {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
-	cerr := l.cleanUp(ctx, k.resource, "release an unconfirmed grant", func(ctx context.Context) error {
+	cerr := l.cleanUp(ctx, k.resource, "release an unconfirmed grant", cleanupTimeout, func(ctx context.Context) error {
 		if err := k.Release(ctx); err != nil && k.Err() == nil {
 			return err
 		}

@@ -50,6 +50,7 @@ const (
 	statusAbandoned = -3 // acquire.lua, in place of the wait: the attempt was given up
 	statusHeld      = 1  // release.lua: the caller held the lock; refresh.lua: extended
 	statusNotOwner  = -3 // pttl.lua: the lock is gone or another's
+	statusPublished = 1  // release.lua: the hand-over's message was published
 )
 
 // The scripts run with EVALSHA, falling back to EVAL when the server's

@@ -76,13 +76,13 @@ func NewMemoryStore() *MemoryStore {
 }
 
 // Put implements Store. It keeps a copy of value. With a ctx already done
-// it returns ctx.Err() and stores nothing: there is no backend to be
-// unavailable.
+// it returns ctx.Err() (with context.Cause(ctx) when the cause says more)
+// and stores nothing: there is no backend to be unavailable.
 func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
 	if err := checkName(resource); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -110,7 +110,7 @@ func (s *MemoryStore) fence(ctx context.Context, resource string, token Token, r
 	if err := checkName(resource); err != nil {
 		return nil, false, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, false, err
 	}
 	s.mu.Lock()
@@ -138,7 +138,7 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 	if err := checkName(resource); err != nil {
 		return nil, 0, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, 0, err
 	}
 	s.mu.Lock()

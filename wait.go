@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock/internal/names"
 )
@@ -97,7 +102,7 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 			return nil, err
 		}
 	}
-	if err := ctxEnded(ctx); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), err)
 	}
 	lock, err := l.newLock(resource)
@@ -157,13 +162,17 @@ type waitQueue struct {
 // endedWaiting is the error of a waiter of q whose ctx ended before its
 // own attempt: ErrNotAcquired when Redis has answered one of q's waiters
 // (and so said the lock is held), else ErrUnavailable: Redis has not
-// answered at all yet.
+// answered at all yet (but for a ctx ended with a cause of its own: that
+// cause).
 func (l *Locker) endedWaiting(ctx context.Context, q *waitQueue, resource string) error {
 	l.mu.Lock()
 	heard := q.heard
 	l.mu.Unlock()
-	if heard {
-		return fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), ctxEnded(ctx))
+	switch {
+	case heard:
+		return fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), ctxErr(ctx))
+	case stopCause(ctx) != nil:
+		return fmt.Errorf("fencedlock: acquire %s: stopped before Redis answered: %w", names.Quote(resource), ctxErr(ctx))
 	}
 	return fmt.Errorf("%w: acquire %s: no answer from Redis before the context ended: %w", ErrUnavailable, names.Quote(resource), ctxEnded(ctx))
 }
@@ -226,15 +235,39 @@ func (l *Locker) leave(q *waitQueue, w *waiter) {
 	q.idle = time.AfterFunc(subscriptionLinger, func() { l.unsubscribe(q, gen) })
 }
 
+// placeLife returns how long a waiter's place in the Redis queue lasts
+// without another attempt, and how often the waiter renews it (its
+// fallback timer), for a lock of ttl: it renews at a third of the TTL,
+// at least minQueueLife, kept between the bounds of WithRetryDelay, and
+// the place lasts three renewals, at least minQueueLife. So a slow retry
+// delay never lets the place lapse, and a waiter whose process died
+// keeps its place for three renewals.
+func placeLife(ttl time.Duration, cfg *acquireConfig) (life, renew time.Duration) {
+	renew = min(max(max(ttl, minQueueLife)/3, cfg.minDelay), cfg.maxDelay)
+	return max(3*renew, minQueueLife), renew
+}
+
+// waitState is what the attempts of one waiter have learnt.
+type waitState struct {
+	refused    time.Time // when the last refused attempt was sent; zero before one
+	lastErr    error     // the last attempt's error, while the wait rides it out
+	unanswered bool      // the last attempt got no answer: it may have been granted
+	lost       bool      // some attempt got no answer: a copy may still reach Redis
+}
+
 // contend is Acquire for the first waiter of q: it asks Redis until
-// granted, woken by grants, confirmations and its fallback timer. It
-// returns the local time the grant is measured from.
+// granted, woken by grants, confirmations and its fallback timer. An
+// error that means "not now" (a broken connection, LOADING, READONLY,
+// TRYAGAIN...) does not end the wait: it tries again after a pause that
+// grows to the retry delay's maximum, until ctx ends. It returns the
+// local time the grant is measured from.
 func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64, cfg *acquireConfig) (time.Time, error) {
 	ttl := time.Duration(ms) * time.Millisecond
-	life := max(ttl, minQueueLife)
+	life, renew := placeLife(ttl, cfg)
 	var (
-		timer   *time.Timer
-		refused time.Time // when the last refused attempt was sent
+		st    waitState
+		timer *time.Timer
+		pause time.Duration // the pause after an error that means "not now"
 	)
 	defer func() {
 		if timer != nil {
@@ -242,46 +275,54 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		}
 	}()
 	for {
-		if err := ctxEnded(ctx); err != nil {
-			return time.Time{}, l.quit(ctx, q, w, ms, !refused.IsZero())
+		if ctxEnded(ctx) != nil {
+			return time.Time{}, l.quit(ctx, q, w, ms, life, &st)
 		}
 		// A grant handed over by a release came after the refused attempt
 		// ran (its token is above the floor that attempt saw), so it lasts
 		// at least until refused+ttl. One that came too late to be sure
 		// the lock is still there is checked by the attempt below: its
 		// script returns the grant, renewed, if it is still this waiter's.
-		if t := l.takeGrant(w); t != 0 && time.Since(refused) < certainFor(ttl) {
+		if t := l.takeGrant(w); t != 0 && time.Since(st.refused) < certainFor(ttl) {
 			w.lock.token = t
-			return refused, nil
+			return st.refused, nil
 		}
 		select {
 		case <-w.wake:
 		default:
 		}
 		sent := time.Now()
-		granted, r, err := l.attempt(ctx, w.lock, ms, life, !refused.IsZero())
-		if err != nil {
-			if !refused.IsZero() && isServerError(err) {
-				// An error reply (OOM, READONLY during a failover...):
-				// leave the queue, or the lock would be handed to a waiter
-				// that has gone.
-				err = l.leaveQueue(ctx, w, ms, err)
-			}
-			return time.Time{}, acquireErr(ctx, err)
-		}
-		if granted {
+		granted, r, err := l.attempt(ctx, w.lock, ms, life)
+		wait := renew
+		switch {
+		case err != nil && ctxEnded(ctx) != nil && st.answered():
+			// Cut short by ctx: what Redis last answered stands, and
+			// the attempt may yet run.
+			st.lost = st.lost || answerLost(err)
+			return time.Time{}, l.quit(ctx, q, w, ms, life, &st)
+		case err != nil && (ctxEnded(ctx) != nil || !notNow(err)):
+			st.note(err)
+			return time.Time{}, l.giveUpWait(ctx, w, ms, life, &st)
+		case err != nil:
+			// Not now: try again after a pause, listening for the
+			// subscription that comes back with Redis.
+			st.note(err)
+			pause = min(max(2*pause, cfg.minDelay), cfg.maxDelay)
+			wait = pause
+		case granted:
 			return sent, nil
-		}
-		if refused.IsZero() {
-			l.logWaiting(ctx, q.resource, ttl)
-		}
-		refused = sent
-		l.refused(q, w, r)
-		wait := min(max(life/3, cfg.minDelay), cfg.maxDelay)
-		if r.wait >= 0 {
-			// PTTL counts whole milliseconds left, rounded down: 0 is
-			// the last one. A negative PTTL is a key without expiry.
-			wait = min(wait, r.wait+time.Millisecond)
+		default:
+			if st.refused.IsZero() {
+				l.logWaiting(ctx, q.resource, ttl)
+			}
+			st.note(nil)
+			st.refused, pause = sent, 0
+			l.refused(q, w, r)
+			if r.wait >= 0 {
+				// PTTL counts whole milliseconds left, rounded down: 0 is
+				// the last one. A negative PTTL is a key without expiry.
+				wait = min(wait, r.wait+time.Millisecond)
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -290,7 +331,10 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 		}
 		// Until the subscription is confirmed, a release could go unheard:
 		// look again once it is.
-		ready := l.subscribe(ctx, q)
+		var ready <-chan struct{}
+		if !st.refused.IsZero() {
+			ready = l.subscribe(ctx, q)
+		}
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
@@ -306,37 +350,97 @@ func (l *Locker) contend(ctx context.Context, q *waitQueue, w *waiter, ms int64,
 	}
 }
 
+// answered reports whether an attempt of the wait got an answer: a
+// refusal, or an error that the wait rode out.
+func (st *waitState) answered() bool { return !st.refused.IsZero() || st.lastErr != nil }
+
+// note records the outcome of an attempt: err, or nil when Redis
+// answered it.
+func (st *waitState) note(err error) {
+	st.lastErr = err
+	st.unanswered = err != nil && answerLost(err)
+	st.lost = st.lost || st.unanswered
+}
+
+// transientReplies are the error replies of Redis that mean "not now": a
+// waiter tries again after them.
+var transientReplies = [...]string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK", "NOREPLICAS"}
+
+// notNow reports whether err, the error of a round trip, says that Redis
+// cannot answer now but may soon: a connection refused, reset or broken,
+// a reply that did not come in time, a full connection pool, or one of
+// transientReplies.
+func notNow(err error) bool {
+	if !errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, prefix := range transientReplies {
+			if redis.HasErrorPrefix(rerr, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
 // acquireErr is the error of a wait that failed: when ctx ended, it wraps
-// ctx's error too. The attempt's error says whether Redis answered; it
-// may report a failed cleanup.
+// ctx's error (and its cause) too. The attempt's error says whether Redis
+// answered; it may report a failed cleanup.
 func acquireErr(ctx context.Context, err error) error {
-	ctxErr := ctxEnded(ctx)
-	if ctxErr == nil || errors.Is(err, ctxErr) {
+	cerr := ctxErr(ctx)
+	if cerr == nil || errors.Is(err, ctxEnded(ctx)) && errors.Is(err, context.Cause(ctx)) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", err, ctxErr)
+	return fmt.Errorf("%w: %w", err, cerr)
 }
 
-// quit ends the wait of w when ctx is done: out of the local queue, and,
-// if it was queued in Redis, out of the Redis queue, passing on a lock
-// handed to it meanwhile. Its error is endedWaiting's.
-func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, queued bool) error {
-	err := l.endedWaiting(ctx, q, w.lock.resource)
+// quit ends the wait of w when ctx is done: out of the local queue, and
+// out of the Redis queue if it was queued there, passing on a lock handed
+// to it meanwhile, and releasing what an attempt without an answer may
+// have been granted. Its error says what Redis last said: the lock is
+// held (ErrNotAcquired), it was failing (ErrUnavailable with its error),
+// or nothing yet.
+func (l *Locker) quit(ctx context.Context, q *waitQueue, w *waiter, ms int64, life time.Duration, st *waitState) error {
+	var err error
+	if st.lastErr != nil {
+		err = st.lastErr
+	} else {
+		err = l.endedWaiting(ctx, q, w.lock.resource)
+	}
 	l.leave(q, w)
-	if t := l.takeGrant(w); !queued && t == 0 {
-		return err
+	if t := l.takeGrant(w); st.refused.IsZero() && !st.lost && t == 0 {
+		return acquireErr(ctx, err)
 	}
-	return l.leaveQueue(ctx, w, ms, err)
+	return acquireErr(ctx, l.abandonWait(ctx, w, ms, life, st, err))
 }
 
-// leaveQueue takes w out of the Redis queue, passing on a lock handed to
-// it meanwhile (see Locker.cleanUp), and returns err, the error its wait
-// ends with, telling how that went.
-func (l *Locker) leaveQueue(ctx context.Context, w *waiter, ms int64, err error) error {
-	cerr := l.cleanUp(ctx, w.lock.resource, "leave the queue", func(ctx context.Context) error {
-		return w.lock.giveUp(ctx, ms, true, 0)
-	})
-	return cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
+// giveUpWait ends the wait of w, the first waiter of its queue, after an
+// attempt that failed for good (or whose ctx ended meanwhile), with that
+// attempt's error.
+func (l *Locker) giveUpWait(ctx context.Context, w *waiter, ms int64, life time.Duration, st *waitState) error {
+	err := st.lastErr
+	if !st.refused.IsZero() || st.lost {
+		err = l.abandonWait(ctx, w, ms, life, st, err)
+	}
+	return acquireErr(ctx, err)
+}
+
+// abandonWait gives up the attempts of w, whose wait ends with err (see
+// Locker.abandon).
+func (l *Locker) abandonWait(ctx context.Context, w *waiter, ms int64, life time.Duration, st *waitState, err error) error {
+	place := time.Duration(0)
+	if !st.refused.IsZero() || st.lost {
+		// Queued in Redis by a refusal, or maybe by an attempt whose
+		// answer never came.
+		place = life
+	}
+	return l.abandon(ctx, w.lock, ms, place, st.lost, st.unanswered, err)
 }
 
 // takeGrant returns the token of the grant a release handed w, or 0, and

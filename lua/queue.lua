@@ -44,10 +44,14 @@ local function enqueue(queue, deadlines, entry, life)
 end
 
 -- Tells subscribers on channel ch: sharded pub/sub where the server has it
--- (Redis 7 and later), classic pub/sub otherwise.
+-- (Redis 7 and later), classic pub/sub otherwise. Returns whether the
+-- message was published: a publish refused (an ACL without the channel)
+-- fails nothing, as it comes after the script's writes, which Redis does
+-- not roll back; the waiter's own timer then finds the grant.
 local function publish(ch, msg)
   local r = redis.pcall('SPUBLISH', ch, msg)
   if type(r) == 'table' and r.err then
-    redis.call('PUBLISH', ch, msg)
+    r = redis.pcall('PUBLISH', ch, msg)
   end
+  return type(r) == 'number'
 end

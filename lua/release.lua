@@ -17,9 +17,11 @@
 -- when the lock is free (a waiter gives up, or a holder releases late):
 -- the first waiter need not wait for its timer.
 --
--- Returns {HELD (1) or NOT_HELD (0)}, or {HELD or NOT_HELD, owner, token}
--- when the lock was handed to the waiter owner with token. HELD says the
--- caller held the lock (and no longer does).
+-- Returns {HELD (1) or NOT_HELD (0)}, or {HELD or NOT_HELD, owner, token,
+-- PUBLISHED (1) or UNPUBLISHED (0)} when the lock was handed to the waiter
+-- owner with token. HELD says the caller held the lock (and no longer
+-- does); UNPUBLISHED, that Redis refused the message (the hand-over
+-- stands all the same).
 local HELD, NOT_HELD = 1, 0
 
 if ARGV[3] ~= '' then
@@ -43,8 +45,11 @@ if head then
   -- reports it
   if type(t) ~= 'table' then
     dequeue(KEYS[3], KEYS[4], head)
-    publish(ARGV[2], owner .. t)
-    return {held, owner, t}
+    local published = 0
+    if publish(ARGV[2], owner .. t) then
+      published = 1
+    end
+    return {held, owner, t, published}
   end
 end
 if held == HELD then

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -53,6 +54,7 @@ type Proxy struct {
 	holdFor  time.Duration           // guarded by mu; how long HoldRequests holds each
 	released int                     // guarded by mu; held chunks delivered to the server
 	answered int                     // guarded by mu; held chunks the server replied to
+	stallSub chan struct{}           // guarded by mu; closed by ResumeSubscriptions, non-nil while connections are stalled
 }
 
 // proxyConn is one client connection and its connection to the target.
@@ -60,7 +62,9 @@ type proxyConn struct {
 	client, server net.Conn
 	done           chan struct{} // closed by close
 	once           sync.Once
-	awaiting       int // guarded by Proxy.mu; held chunks delivered and not yet answered
+	awaiting       int  // guarded by Proxy.mu; held chunks delivered and not yet answered
+	subscriber     bool // guarded by Proxy.mu; the client has sent a SUBSCRIBE or SSUBSCRIBE on it
+	stalled        bool // guarded by Proxy.mu; held by StallSubscriptions
 }
 
 func (c *proxyConn) close() {
@@ -142,6 +146,37 @@ func (p *Proxy) Resume() {
 		p.paused = false
 		close(p.resumed)
 		p.resumed = nil
+	}
+}
+
+// StallSubscriptions stops forwarding, in both directions, on every
+// connection that a client has sent a SUBSCRIBE or SSUBSCRIBE on so far,
+// until ResumeSubscriptions; other connections, and connections made
+// later, flow. The stalled connections stay open: a pub/sub connection
+// that stalls without closing, as behind a broken middlebox.
+func (p *Proxy) StallSubscriptions() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stallSub == nil {
+		p.stallSub = make(chan struct{})
+	}
+	for c := range p.conns {
+		if c.subscriber {
+			c.stalled = true
+		}
+	}
+}
+
+// ResumeSubscriptions ends StallSubscriptions: held chunks are delivered.
+func (p *Proxy) ResumeSubscriptions() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stallSub != nil {
+		close(p.stallSub)
+		p.stallSub = nil
+	}
+	for c := range p.conns {
+		c.stalled = false
 	}
 }
 
@@ -380,6 +415,9 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 				c.awaiting--
 				p.answered++
 			}
+			if !fromServer && !c.subscriber && bytes.Contains(bytes.ToLower(buf[:n]), []byte("subscribe")) {
+				c.subscriber = true
+			}
 			p.mu.Unlock()
 			if d > 0 {
 				if timer == nil {
@@ -442,6 +480,15 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn, fromServer bool) {
 func (p *Proxy) admit(c *proxyConn, fromServer bool) (drop, ok bool) {
 	for {
 		p.mu.Lock()
+		if stall := p.stallSub; stall != nil && c.stalled {
+			p.mu.Unlock()
+			select {
+			case <-stall:
+			case <-c.done:
+				return false, false
+			}
+			continue
+		}
 		if !p.paused {
 			if fromServer && p.drops > 0 {
 				p.drops--

@@ -1,0 +1,180 @@
+package fencedlock_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// userClient creates the ACL user name with rules on srv and returns a
+// client logged in as that user, closed when t ends. A server without
+// ACL (Redis before 6) skips t: it has no user to refuse anything.
+func userClient(t *testing.T, srv *redistest.Server, name string, rules ...string) *redis.Client {
+	t.Helper()
+	ctx := testCtx(t)
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "WHOAMI").Err(); err != nil {
+		require.Contains(t, strings.ToLower(err.Error()), "unknown", "ACL WHOAMI")
+		t.Skipf("this redis-server has no ACL (%v): nothing to refuse", err)
+	}
+	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pw"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	require.NoError(t, admin.Do(ctx, args...).Err())
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: name, Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.Ping(ctx).Err())
+	return c
+}
+
+// warnings returns the records at Warn or above in a text log.
+func warnings(log string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// loggedLocker returns a Locker on c that logs into the returned buffer.
+func loggedLocker(c redis.UniversalClient) (*fencedlock.Locker, *syncBuffer) {
+	logs := &syncBuffer{}
+	return fencedlock.New(c, fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))), logs
+}
+
+// A user with every command but no channel (Redis 7's default for a new
+// user): a Release that hands the lock to a waiter of another process
+// writes the grant, and then Redis refuses its PUBLISH. The Release
+// stands: it returns nil, the Lock ends as released, and the waiter gets
+// the lock (by its timer, as its subscription is refused too). The
+// refusal is logged once per Locker, naming the ACL section.
+func TestReleaseStandsWhenItsPublishIsRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	rules := []string{"resetchannels", "+@all", "~*"}
+	holders, holderLog := loggedLocker(userClient(t, srv, "nochannels", rules...))
+	waiters, waiterLog := loggedLocker(userClient(t, srv, "nochannels", rules...))
+	for round := 0; round < 3; round++ {
+		holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
+		done := acquireAsync(ctx, waiters, "r", longTTL, fencedlock.WithRetryDelay(2*time.Millisecond, 50*time.Millisecond))
+		waitUntil(t, func() bool { return waiters.WaiterRefused("r") }, "the waiter to queue")
+		require.NoError(t, holder.Release(ctx), "round %d: the Release handed the lock over: it must not fail", round)
+		require.ErrorIs(t, holder.Err(), fencedlock.ErrReleased, "round %d", round)
+		w := awaitAcquired(t, done)
+		assert.Greater(t, w.Token(), holder.Token(), "round %d", round)
+		require.NoError(t, w.Release(ctx))
+	}
+	for name, log := range map[string]string{"holder": holderLog.String(), "waiter": waiterLog.String()} {
+		warns := warnings(log)
+		require.Len(t, warns, 1, "%s: one Warn per Locker, whatever the rounds:\n%s", name, log)
+		assert.Contains(t, warns[0], "docs/redis.md#acl", name)
+	}
+	assert.Contains(t, warnings(holderLog.String())[0], "PUBLISH")
+}
+
+// With pub/sub refused to the user (its channels, or its commands), a
+// waiter still gets the lock, by its fallback timer, and the Locker says
+// so once at Warn. How late the hand-over comes is the renewal of the
+// waiter's place: a third of its TTL, at most the retry delay's maximum.
+func TestWaitsWorkWithoutPubSub(t *testing.T) {
+	for name, rules := range map[string][]string{
+		"no channels":        {"resetchannels", "+@all", "~*"},
+		"no pubsub commands": {"allchannels", "+@all", "-@pubsub", "~*"},
+	} {
+		rules := rules
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ctx := testCtx(t)
+			holders := fencedlock.New(srv.Client(t))
+			waiters, logs := loggedLocker(userClient(t, srv, "nopubsub", rules...))
+			const ttl = 900 * time.Millisecond // renewed every 300 ms
+			var late []time.Duration
+			for round := 0; round < 3; round++ {
+				holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
+				done := acquireAsync(ctx, waiters, "r", ttl)
+				waitUntil(t, func() bool { return waiters.WaiterRefused("r") }, "the waiter to queue")
+				released := time.Now()
+				require.NoError(t, holder.Release(ctx))
+				w := awaitAcquired(t, done)
+				late = append(late, time.Since(released))
+				require.NoError(t, w.Release(ctx))
+			}
+			t.Logf("%s: hand-overs by timer after %v", name, late)
+			for _, d := range late {
+				assert.Less(t, d, 2*time.Second, "the waiter's timer must find the released lock")
+			}
+			warns := warnings(logs.String())
+			require.Len(t, warns, 1, "one Warn per Locker:\n%s", logs.String())
+			assert.Contains(t, warns[0], "docs/redis.md#acl")
+			requireNoGoroutinesLeftWithin(t, 5*time.Second)
+		})
+	}
+}
+
+// A subscription connection that stalls without closing is noticed by
+// its unanswered PING and replaced: a hand-over reaches the waiter by
+// pub/sub again within a few seconds, though its fallback timer is an
+// hour away.
+func TestStalledSubscriptionIsReplaced(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	p := redistest.NewProxy(t, srv.Addr)
+	pc := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { pc.Close() })
+	holders, waiters := fencedlock.New(srv.Client(t)), fencedlock.New(pc)
+	c := srv.Client(t)
+
+	holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
+	done := acquireAsync(ctx, waiters, "r", longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return waiters.WaiterRefused("r") && channelSubscribers(t, c, waiters, "r") == 1 }, "the waiter to subscribe")
+	p.StallSubscriptions()
+	stalled := time.Now()
+	// The replacement subscribes on a new connection; the stalled one
+	// keeps its subscription in Redis.
+	waitUntil(t, func() bool { return channelSubscribers(t, c, waiters, "r") == 2 }, "the stalled subscription to be replaced")
+	replaced := time.Since(stalled)
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	w := awaitAcquired(t, done)
+	handOver := time.Since(released)
+	t.Logf("stalled subscription replaced after %v; hand-over %v later", replaced.Round(time.Millisecond), handOver.Round(time.Microsecond))
+	assert.Less(t, replaced, 5*time.Second)
+	assert.Less(t, handOver, 500*time.Millisecond, "the hand-over must come by pub/sub, not by the hour-long timer")
+	require.NoError(t, w.Release(ctx))
+	p.ResumeSubscriptions()
+}
+
+// A waiter with a retry delay longer than its TTL keeps its place in the
+// queue: a TryAcquire of another Locker does not take the lock ahead of
+// it, and the release hands it the lock at once.
+func TestSlowRetryDelayKeepsTheWaitersPlace(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		holders, waiters, others := newLocker(b), newLocker(b), newLocker(b)
+		for round := 0; round < 3; round++ {
+			holder := mustTryAcquire(t, ctx, holders, "slow", longTTL)
+			done := acquireAsync(ctx, waiters, "slow", 500*time.Millisecond, fencedlock.WithRetryDelay(2*time.Second, 5*time.Second))
+			waitUntil(t, func() bool { return waiters.WaiterRefused("slow") }, "the waiter to queue")
+			time.Sleep(time.Second) // two of its TTLs: its place must last
+			released := time.Now()
+			require.NoError(t, holder.Release(ctx))
+			_, err := others.TryAcquire(ctx, "slow", longTTL)
+			require.ErrorIs(t, err, fencedlock.ErrNotAcquired, "round %d: a TryAcquire took the lock ahead of the queued waiter", round)
+			w := awaitAcquired(t, done)
+			late := time.Since(released)
+			assert.Less(t, late, 500*time.Millisecond, "round %d: the hand-over must not wait for the retry delay", round)
+			require.NoError(t, w.Release(ctx))
+		}
+	})
+}
