@@ -590,3 +590,39 @@ func TestACLRuleOnACluster(t *testing.T) {
 	assert.Empty(t, logs.atLeast(slog.LevelWarn), "records at Warn or above")
 	assert.Empty(t, aclLog(t, admin))
 }
+
+// The rule grants no more than the library uses: other commands, and
+// keys and channels outside the prefix, are refused, even to a user that
+// could do everything before.
+func TestACLRuleGrantsNoMore(t *testing.T) {
+	srv, admin := aclServer(t)
+	ctx := testCtx(t)
+	setUser(t, admin, "fencedlock", aclPassword, "+@all", "allkeys", "allchannels")
+	setUser(t, admin, "fencedlock", aclPassword, aclRule(t)...)
+	client := userClient(t, srv, "fencedlock", aclPassword, true)
+	for _, args := range [][]any{
+		{"PUBSUB", "CHANNELS"}, {"PUBSUB", "NUMSUB", "fencedlock:x"}, {"KEYS", "*"}, {"SCAN", "0"},
+		{"FLUSHALL"}, {"CONFIG", "GET", "maxmemory"}, {"SCRIPT", "FLUSH"}, {"MULTI"}, {"INFO"},
+		{"GET", "other:key"}, {"SET", "other:key", "v"}, {"PUBLISH", "other:channel", "m"},
+	} {
+		err := client.Do(ctx, args...).Err()
+		assert.True(t, isNoPerm(err), "%v: %v", args, err)
+	}
+	for _, sub := range []struct {
+		pattern string
+		open    func(context.Context, ...string) *redis.PubSub
+	}{
+		{"fencedlock:*", client.PSubscribe},
+		{"other:channel", client.Subscribe},
+	} {
+		ps := sub.open(ctx, sub.pattern)
+		_, err := ps.Receive(ctx)
+		assert.True(t, isNoPerm(err), "subscribe to %s: %v", sub.pattern, err)
+		ps.Close()
+	}
+}
+
+// isNoPerm reports whether err is an ACL refusal.
+func isNoPerm(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
+}
