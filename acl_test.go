@@ -96,13 +96,19 @@ func aclServer(t *testing.T) (*redistest.Server, *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
-	if err := admin.Do(context.Background(), "ACL", "WHOAMI").Err(); err != nil {
+	skipWithoutACL(t, admin)
+	return srv, admin
+}
+
+// skipWithoutACL skips the test when the server of c has no ACL.
+func skipWithoutACL(t *testing.T, c *redis.Client) {
+	t.Helper()
+	if err := c.Do(context.Background(), "ACL", "WHOAMI").Err(); err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
 			t.Skipf("this redis-server has no ACL (Redis before 6): %v", err)
 		}
 		t.Fatal(err)
 	}
-	return srv, admin
 }
 
 // setUser creates (or changes) user with password and the rule's words.
@@ -565,6 +571,7 @@ func TestACLRuleOnACluster(t *testing.T) {
 
 	srv := redistest.StartCluster(t)
 	admin := srv.Client(t)
+	skipWithoutACL(t, admin)
 	ctx := testCtx(t)
 	setUser(t, admin, "fencedlock", aclPassword, append(aclRule(t), strings.Fields(aclClusterRule)...)...)
 	require.NoError(t, admin.Do(ctx, "ACL", "LOG", "RESET").Err())
@@ -625,4 +632,52 @@ func TestACLRuleGrantsNoMore(t *testing.T) {
 // isNoPerm reports whether err is an ACL refusal.
 func isNoPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
+}
+
+// With another prefix, the rule's key and channel patterns change as the
+// ACL section says, and the library runs as before: the empty prefix
+// too, whose keys begin with "{" and IssueToken's with "issued".
+func TestACLRuleForAnotherPrefix(t *testing.T) {
+	srv, admin := aclServer(t)
+	for _, tc := range []struct {
+		prefix   string
+		patterns []string
+	}{
+		{"app", []string{"~app:*", "&app:*"}},
+		{"", []string{"~{*", "~issued-token:*", "~issued:*", "&{*"}},
+	} {
+		tc := tc
+		t.Run(fmt.Sprintf("prefix %q", tc.prefix), func(t *testing.T) {
+			ctx := testCtx(t)
+			var rule []string
+			for _, w := range aclRule(t) {
+				if w != "~"+fencedlock.DefaultPrefix+":*" && w != "&"+fencedlock.DefaultPrefix+":*" {
+					rule = append(rule, w)
+				}
+			}
+			setUser(t, admin, "other-prefix", aclPassword, append(append(rule, tc.patterns...), "~locks:*")...)
+			require.NoError(t, admin.Do(ctx, "ACL", "LOG", "RESET").Err())
+			client := userClient(t, srv, "other-prefix", aclPassword, true)
+			logs := &slogRecords{}
+			holders := fencedlock.New(client, fencedlock.WithPrefix(tc.prefix), fencedlock.WithLogger(slog.New(logs)))
+			waiters := fencedlock.New(client, fencedlock.WithPrefix(tc.prefix), fencedlock.WithLogger(slog.New(logs)))
+
+			holder, err := holders.TryAcquire(ctx, "p", longTTL)
+			require.NoError(t, err)
+			done := acquireAsync(ctx, waiters, "p", longTTL, hourRetryDelay)
+			waitUntil(t, func() bool { return channelSubscribers(t, admin, waiters, "p") == 1 }, "the waiter to subscribe")
+			released := time.Now()
+			require.NoError(t, holder.Release(ctx))
+			lock := awaitAcquired(t, done)
+			assert.Less(t, time.Since(released), 500*time.Millisecond, "the waiter was not woken by the release")
+			store := fencedlock.NewRedisStore(client, fencedlock.WithStorePrefix(tc.prefix))
+			require.NoError(t, store.Put(ctx, "p", lock.Token(), []byte("v")))
+			require.NoError(t, lock.Release(ctx))
+			require.NoError(t, client.Set(ctx, "locks:p", "grant", longTTL).Err())
+			_, err = holders.IssueToken(ctx, "locks:p", "grant")
+			require.NoError(t, err)
+			assert.Empty(t, logs.atLeast(slog.LevelWarn), "records at Warn or above")
+			assert.Empty(t, aclLog(t, admin))
+		})
+	}
 }
