@@ -325,7 +325,7 @@ func TestACLRuleRunsEveryFeature(t *testing.T) {
 	})
 
 	t.Run("IssueToken", func(t *testing.T) {
-		require.NoError(t, client.SetNX(ctx, "locks:x", "grant-1", longTTL).Err())
+		require.NoError(t, client.Do(ctx, "SET", "locks:x", "grant-1", "NX", "PX", longTTL.Milliseconds()).Err())
 		first, err := locker.IssueToken(ctx, "locks:x", "grant-1")
 		require.NoError(t, err)
 		again, err := locker.IssueToken(ctx, "locks:x", "grant-1")
