@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -112,6 +114,12 @@ const corruptTag = "FENCEDLOCK_CORRUPT "
 // ends a command with a network timeout). keys are the keys op touched,
 // named in the error.
 func redisErr(ctx context.Context, op, name string, err error, keys ...string) error {
+	var acl *aclError
+	if !errors.As(err, &acl) {
+		if acl = aclRefusal(err, "", ""); acl != nil {
+			err = acl
+		}
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
@@ -141,6 +149,102 @@ func redisErr(ctx context.Context, op, name string, err error, keys ...string) e
 		return fmt.Errorf("%w: %s %s: %w: %w", ErrUnavailable, op, names.Quote(name), cerr, err)
 	}
 	return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, op, names.Quote(name), err)
+}
+
+// aclError is Redis's refusal of a command, or of a key or channel a
+// command names, to the client's ACL user: the rule the user was made
+// with lacks what the library needs (aclDocs lists it). It is an error
+// reply, not an outage, which Acquire does not wait out; redisErr
+// reports it as ErrUnavailable (the backend refused), naming the command.
+type aclError struct {
+	command string // upper case, "CLIENT SETINFO" for a subcommand; "" when unknown
+	refused string // what was refused: "command", "key" or "channel"
+	err     error  // the reply
+}
+
+func (e *aclError) Error() string {
+	cmd := "a command"
+	if e.command != "" {
+		cmd = "the command " + e.command
+	}
+	what := cmd + " to the client's ACL user"
+	if e.refused != "command" {
+		what = fmt.Sprintf("the client's ACL user a %s of %s", e.refused, cmd)
+	}
+	return fmt.Sprintf("Redis refused %s; the commands, keys and channels the library needs are in %s: %v", what, aclDocs, e.err)
+}
+
+func (e *aclError) Unwrap() error { return e.err }
+
+// The parts of Redis's ACL refusals that aclRefusal reads.
+var (
+	// the command named: "... to run the 'time' command", "'pubsub|channels' command"
+	aclCommandRe = regexp.MustCompile(`'([a-z0-9_.|-]+)' command`)
+	// the line of the script that called it: "@user_script:13" (Redis 6.2
+	// says "@user_script: 13" too)
+	aclLineRe = regexp.MustCompile(`@user_script: ?([0-9]+)`)
+	// a command called from Lua
+	luaCallRe = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]`)
+)
+
+// aclRefusal returns err as an *aclError when it is Redis's refusal of a
+// command, key or channel to the client's ACL user, else nil. src is the
+// source of the script whose run failed, and sent the command that ran
+// it (EVALSHA or EVAL); both are "" for other commands. Redis names the
+// refused command (NOPERM replies, and Valkey's and Redis 7.2's in
+// scripts too), or only the line of the script that called it (Redis
+// 6.2 and 7.0): then it is the command called on that line of src. A
+// refusal of keys that names no line is of the script's keys: sent's.
+func aclRefusal(err error, src, sent string) *aclError {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return nil
+	}
+	msg := strings.ToLower(rerr.Error())
+	if !strings.HasPrefix(msg, "noperm") && !strings.Contains(msg, "acl failure") &&
+		!strings.Contains(msg, "the user executing the script can't") {
+		return nil
+	}
+	e := &aclError{refused: "command", err: err}
+	if m := aclCommandRe.FindStringSubmatch(msg); m != nil {
+		e.command = strings.ToUpper(strings.ReplaceAll(m[1], "|", " "))
+		return e
+	}
+	switch {
+	case strings.Contains(msg, "channel"):
+		e.refused = "channel"
+	case strings.Contains(msg, "key"):
+		e.refused = "key"
+	}
+	if m := aclLineRe.FindStringSubmatch(msg); m != nil {
+		e.command = scriptCommand(src, m[1])
+	} else if e.refused == "key" {
+		e.command = strings.ToUpper(sent)
+	}
+	return e
+}
+
+// scriptCommand returns the command that line n (counted from 1, in
+// decimal) of the script src calls, upper case; "" when the line calls
+// none, or more than one.
+func scriptCommand(src, n string) string {
+	i, err := strconv.Atoi(n)
+	if err != nil || i < 1 {
+		return ""
+	}
+	lines := strings.Split(src, "\n")
+	if i > len(lines) {
+		return ""
+	}
+	cmd := ""
+	for _, m := range luaCallRe.FindAllStringSubmatch(lines[i-1], -1) {
+		c := strings.ToUpper(m[1])
+		if cmd != "" && c != cmd {
+			return ""
+		}
+		cmd = c
+	}
+	return cmd
 }
 
 func quoteAll(keys []string) []string {

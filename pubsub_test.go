@@ -14,10 +14,10 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// userClient creates the ACL user name with rules on srv and returns a
+// restrictedClient creates the ACL user name with rules on srv and returns a
 // client logged in as that user, closed when t ends. A server without
 // ACL (Redis before 6) skips t: it has no user to refuse anything.
-func userClient(t *testing.T, srv *redistest.Server, name string, rules ...string) *redis.Client {
+func restrictedClient(t *testing.T, srv *redistest.Server, name string, rules ...string) *redis.Client {
 	t.Helper()
 	ctx := testCtx(t)
 	admin := srv.Client(t)
@@ -63,8 +63,8 @@ func TestReleaseStandsWhenItsPublishIsRefused(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := testCtx(t)
 	rules := []string{"resetchannels", "+@all", "~*"}
-	holders, holderLog := loggedLocker(userClient(t, srv, "nochannels", rules...))
-	waiters, waiterLog := loggedLocker(userClient(t, srv, "nochannels", rules...))
+	holders, holderLog := loggedLocker(restrictedClient(t, srv, "nochannels", rules...))
+	waiters, waiterLog := loggedLocker(restrictedClient(t, srv, "nochannels", rules...))
 	for round := 0; round < 3; round++ {
 		holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
 		done := acquireAsync(ctx, waiters, "r", longTTL, fencedlock.WithRetryDelay(2*time.Millisecond, 50*time.Millisecond))
@@ -97,7 +97,7 @@ func TestWaitsWorkWithoutPubSub(t *testing.T) {
 			srv := redistest.Start(t)
 			ctx := testCtx(t)
 			holders := fencedlock.New(srv.Client(t))
-			waiters, logs := loggedLocker(userClient(t, srv, "nopubsub", rules...))
+			waiters, logs := loggedLocker(restrictedClient(t, srv, "nopubsub", rules...))
 			const ttl = 900 * time.Millisecond // renewed every 300 ms
 			var late []time.Duration
 			for round := 0; round < 3; round++ {

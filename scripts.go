@@ -88,6 +88,8 @@ type processor interface {
 // run runs the script with keys and then args, as go-redis's Script.Run
 // does (EVALSHA, then EVAL if the server answers NOSCRIPT), but with keys
 // that the caller boxed: a Lock boxes its keys once for all its calls.
+// An ACL refusal's error is an *aclError that names the refused command,
+// which Redis may tell only by the line of the script that called it.
 func (s *script) run(ctx context.Context, c processor, keys []any, args ...any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
@@ -97,6 +99,11 @@ func (s *script) run(ctx context.Context, c processor, keys []any, args ...any) 
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmdArgs[0], cmdArgs[1] = "eval", s.src
 		cmd = send(ctx, c, cmdArgs)
+	}
+	if err := cmd.Err(); err != nil {
+		if acl := aclRefusal(err, s.src.(string), cmdArgs[0].(string)); acl != nil {
+			cmd.SetErr(acl)
+		}
 	}
 	return cmd
 }
