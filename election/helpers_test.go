@@ -3,7 +3,10 @@ package election_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,4 +125,59 @@ func elNothing(t *testing.T, seen <-chan election.Leader, d time.Duration, why s
 		t.Fatal("Observe's channel closed")
 	case <-time.After(d):
 	}
+}
+
+// splitClient is a client whose connections go to a server directly or,
+// as many as proxied says, through a proxy.
+type splitClient struct {
+	*redis.Client
+	proxied atomic.Int32 // how many of the next connections go through the proxy
+	dials   atomic.Int32 // connections made
+
+	mu     sync.Mutex
+	direct map[string]bool // guarded by mu: the local addresses of direct connections
+}
+
+// elSplitClient returns a splitClient of b's server, closed when t ends,
+// whose proxied connections go through p.
+func elSplitClient(t *testing.T, b *redistest.Backend, p *redistest.Proxy) *splitClient {
+	c := &splitClient{direct: map[string]bool{}}
+	c.Client = redis.NewClient(&redis.Options{
+		Addr: b.Client.Options().Addr,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c.dials.Add(1)
+			through := c.proxied.Add(-1) >= 0
+			if through {
+				addr = p.Addr()
+			}
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil && !through {
+				c.mu.Lock()
+				c.direct[conn.LocalAddr().String()] = true
+				c.mu.Unlock()
+			}
+			return conn, err
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// directSubscriber reports whether the server, asked through admin, has a
+// client subscribed to one channel on one of c's direct connections.
+func (c *splitClient) directSubscriber(ctx context.Context, admin *redis.Client) bool {
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, line := range strings.Split(list, "\n") {
+		for _, f := range strings.Fields(line) {
+			if addr, ok := strings.CutPrefix(f, "addr="); ok && c.direct[addr] && strings.Contains(line, " sub=1 ") {
+				return true
+			}
+		}
+	}
+	return false
 }
