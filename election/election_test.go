@@ -535,6 +535,13 @@ func TestLostLeaderRecordIsWrittenAgain(t *testing.T) {
 		require.NoError(t, err)
 		assert.Greater(t, pttl, time.Hour, "the record's life")
 
+		// Its life runs low: extended.
+		require.NoError(t, b.Client.PExpire(ctx, record, time.Minute).Err())
+		require.Eventually(t, func() bool {
+			pttl, err := b.Client.PTTL(ctx, record).Result()
+			return err == nil && pttl > time.Hour
+		}, 5*time.Second, 10*time.Millisecond, "the record's life is not extended")
+
 		// Overwritten by hand with another term's: written again too.
 		require.NoError(t, b.Client.Set(ctx, record, "1:intruder", 0).Err())
 		require.Eventually(t, func() bool {
