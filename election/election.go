@@ -229,7 +229,7 @@ func (t *Term) keep() {
 		case <-t.lock.Done():
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), every)
+			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
 			_, _ = call(ctx, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
