@@ -3,15 +3,23 @@
 -- KEYS[1]: the election's lock key, KEYS[2]: its leader record
 -- ARGV[1]: the term's token (decimal), ARGV[2]: the leader's value,
 -- ARGV[3]: the record's life in milliseconds, ARGV[4]: the channel
--- Returns 1 when announced, 0 when the lock is no longer the term's.
+-- Returns LOST (0) when the lock is no longer the term's, and writes
+-- nothing; else PUBLISHED (1), or UNPUBLISHED (2) when the record is
+-- written but Redis refused the message (a user without pub/sub).
 --
--- The record holds "<token>:<value>"; the message is the same.
+-- The record holds "<token>:<value>"; the message is the same. Nothing
+-- can fail once the record is written: the publish is a pcall.
+local LOST, PUBLISHED, UNPUBLISHED = 0, 1, 2
+
 local held = redis.call('GET', KEYS[1])
 local suffix = ':' .. ARGV[1]
 if type(held) ~= 'string' or string.sub(held, -#suffix) ~= suffix then
-  return 0
+  return LOST
 end
 local record = ARGV[1] .. ':' .. ARGV[2]
 redis.call('SET', KEYS[2], record, 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[4], record)
-return 1
+local sent = redis.pcall('PUBLISH', ARGV[4], record)
+if type(sent) == 'table' and sent.err then
+  return UNPUBLISHED
+end
+return PUBLISHED

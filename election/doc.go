@@ -86,8 +86,18 @@
 // counter and queue) plus a leader record holding the leader's token and
 // value, all in the name's hash slot, and announces new leaders on a
 // classic pub/sub channel. The record expires once the election has been
-// idle for [fencedlock.DefaultIdleExpiry]. Candidates wait in line as the
-// Locker's waiters do: see
+// idle for [fencedlock.DefaultIdleExpiry]. A term checks its record every
+// heartbeat interval, in one script call that writes only when it must,
+// and writes it again, and announces it again, when it was lost (deleted,
+// evicted). Candidates wait in line as the Locker's waiters do: see
 // https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md and
 // https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
+//
+// Pub/sub only makes news travel faster. A user that Redis denies pub/sub
+// (no channel permission, Redis 7's default for a new ACL user, or no
+// command of the @pubsub category) is elected all the same: its
+// announcement writes the record and leaves the message out, and
+// Campaign succeeds. [Election.Observe] then reads the leader every third
+// of the TTL, kept between 100ms and 1s, as it does whenever it has no
+// subscription; its documentation says more.
 package election

@@ -41,9 +41,16 @@ const (
 	maxRetry = 5 * time.Second
 )
 
-// keepEvery is how often a term extends its leader record; a variable for
-// tests.
-var keepEvery = time.Hour
+// extendEvery is how often, at most, a term extends its leader record's
+// life: keep extends it once less than recordLife-extendEvery is left.
+const extendEvery = time.Hour
+
+// The replies of announce.lua.
+const (
+	announceLost        = 0 // the lock is no longer the term's: nothing written
+	announcePublished   = 1 // recorded and published
+	announceUnpublished = 2 // recorded; Redis refused the message
+)
 
 var (
 	//go:embed announce.lua
@@ -205,27 +212,47 @@ func (t *Term) Resign(ctx context.Context) error {
 	return t.lock.Release(ctx)
 }
 
-// keep extends the term's leader record every keepEvery while the term
-// lasts, so that the record outlives it by recordLife.
+// keep checks the term's leader record every heartbeat interval while the
+// term lasts, in one script call that writes only when it must: it
+// extends the record's life once an hour, so that the record outlives the
+// term by recordLife, and writes the record again, and publishes it, when
+// it was lost.
 func (t *Term) keep() {
-	tick := time.NewTicker(keepEvery)
+	e := t.e
+	every := e.beat()
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	keys := []string{e.lockKey, e.record}
+	token := t.Token().String()
 	for {
 		select {
 		case <-t.lock.Done():
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), t.e.ttl)
-			_ = keepScript.Run(ctx, t.e.client, []string{t.e.record}, t.Token().String(), recordLife.Milliseconds()).Err()
+			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
+			_, _ = call(ctx, func(ctx context.Context) (int64, error) {
+				return keepScript.Run(ctx, e.client, keys, token, t.value,
+					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
+			})
 			cancel()
 		}
 	}
 }
 
+// beat returns the heartbeat interval of the election's terms.
+func (e *Election) beat() time.Duration {
+	if e.heartbeat > 0 {
+		return e.heartbeat
+	}
+	return e.ttl / 3
+}
+
 // Campaign waits, first come first served, until this candidate is
 // elected with value, or ctx ends. Elected, it returns the Term, which
 // its heartbeat keeps until Resign or loss; Leader and Observe then
-// report value with the term's token.
+// report value with the term's token. It announces the leader by writing
+// the leader record and publishing it; when Redis refuses the message (a
+// user without pub/sub) the record is enough, and Campaign succeeds.
 //
 // When ctx ends first, the error wraps ctx's error (and
 // [fencedlock.ErrNotAcquired]), and the campaign leaves no trace: it is
@@ -245,20 +272,25 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	announced, err := call(ctx, func(ctx context.Context) (int, error) {
+	status, err := call(ctx, func(ctx context.Context) (int64, error) {
 		return announceScript.Run(ctx, e.client, []string{e.lockKey, e.record},
-			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int()
+			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
-	if err == nil && announced == 1 {
+	// Recorded, the leader is announced, whether or not Redis let the
+	// message be published: Leader and Observe's polling read the record.
+	if err == nil && (status == announcePublished || status == announceUnpublished) {
 		t := &Term{e: e, lock: lock, value: value}
 		go t.keep()
 		return t, nil
 	}
 	// Not announced: the term ends here, and the next candidate is
 	// elected.
-	if err == nil {
+	switch {
+	case err == nil && status == announceLost:
 		err = fmt.Errorf("%w: the term ended before it was announced", fencedlock.ErrLockLost)
-	} else {
+	case err == nil:
+		err = fmt.Errorf("announcing the leader: unexpected reply %d", status)
+	default:
 		err = redisErr("announcing the leader", err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
@@ -280,33 +312,53 @@ type Leader struct {
 }
 
 // Leader returns the current leader, in one read-only round trip, or an
-// error wrapping [ErrNoLeader] when the office is vacant (or a new leader's
-// Campaign has not yet returned). It is a snapshot: the leader may change
-// right after.
+// error wrapping [ErrNoLeader] when the office is vacant
+// ([fencedlock.ErrUnavailable] when Redis cannot answer,
+// [fencedlock.ErrCorrupt] when the election's keys hold what it did not
+// write). It is a snapshot: the leader may change right after.
+//
+// The value comes from the leader record, which Campaign writes once its
+// candidate is elected. While the office is held but its record is not
+// the term's, Leader returns the term's token with an empty Value: from
+// the grant until its Campaign has written the record, and after the
+// record was lost (deleted, evicted) until the term writes it again,
+// which it does within a heartbeat interval. Observe delivers leaders
+// with their values only.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.ready(); err != nil {
 		return Leader{}, err
 	}
+	l, _, err := e.lookup(ctx)
+	return l, err
+}
+
+// lookup reads the leader: the lock's holder, and its value when the
+// record is the holder's (recorded).
+func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
 	res, err := call(ctx, func(ctx context.Context) ([]any, error) {
 		return leaderScript.Run(ctx, e.client, []string{e.lockKey, e.record}).Slice()
 	})
 	if err != nil {
-		return Leader{}, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr("reading the leader", err))
+		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr("reading the leader", err))
 	}
 	if len(res) != 2 {
-		return Leader{}, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
+		return Leader{}, false, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
 	}
 	held, _ := res[0].(string)
 	record, _ := res[1].(string)
+	if held == "" {
+		return Leader{}, false, fmt.Errorf("%w: election %s", ErrNoLeader, names.Quote(e.name))
+	}
+	// The lock holds "<owner nonce>:<token>".
 	i := strings.LastIndexByte(held, ':')
-	if held == "" || i < 0 {
-		return Leader{}, fmt.Errorf("%w: election %s", ErrNoLeader, names.Quote(e.name))
+	token, perr := fencedlock.ParseToken(held[i+1:])
+	if i < 0 || perr != nil {
+		return Leader{}, false, fmt.Errorf("%w: election %s: the lock holds %q, not a grant", fencedlock.ErrCorrupt, names.Quote(e.name), held)
 	}
-	l, ok := parseRecord(record)
-	if !ok || l.Token.String() != held[i+1:] {
-		return Leader{}, fmt.Errorf("%w: election %s: a new term has not been announced yet", ErrNoLeader, names.Quote(e.name))
+	if r, ok := parseRecord(record); ok && r.Token == token {
+		return r, true, nil
 	}
-	return l, nil
+	return Leader{Token: token}, false, nil
 }
 
 // parseRecord splits a leader record or message, "<token>:<value>".
@@ -320,84 +372,6 @@ func parseRecord(s string) (Leader, bool) {
 		return Leader{}, false
 	}
 	return Leader{Value: value, Token: fencedlock.Token(n)}, true
-}
-
-// Observe returns a channel that delivers the current leader first, if
-// there is one, then each new leader in order of election, woken by
-// Redis pub/sub rather than by polling; it is closed when ctx ends (or at
-// once for an Election that New found invalid). Receive from it promptly:
-// a leader not yet received when a later one is elected is skipped. After
-// a lost connection the subscription is made again and the current
-// leader read again, so a leader elected meanwhile is not missed, though
-// one whose term began and ended meanwhile may be.
-func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	out := make(chan Leader)
-	if e.ready() != nil {
-		close(out)
-		return out
-	}
-	ps := e.client.Subscribe(ctx, e.channel)
-	go func() {
-		defer close(out)
-		defer ps.Close()
-		var last fencedlock.Token
-		pending := Leader{}
-		msgs := ps.ChannelWithSubscriptions()
-		for {
-			// Offer the newest leader not yet delivered, while listening.
-			var send chan Leader
-			if pending.Token > last {
-				send = out
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case send <- pending:
-				last = pending.Token
-			case m, ok := <-msgs:
-				if !ok {
-					return
-				}
-				switch m := m.(type) {
-				case *redis.Subscription:
-					// Subscribed (again): read who leads now.
-					if m.Kind == "subscribe" {
-						if l, ok := e.current(ctx); ok && l.Token > pending.Token {
-							pending = l
-						}
-					}
-				case *redis.Message:
-					if l, ok := parseRecord(m.Payload); ok && l.Token > pending.Token {
-						pending = l
-					}
-				}
-			}
-		}
-	}()
-	return out
-}
-
-// current reads the leader for Observe, trying again while Redis cannot
-// answer, until ctx ends.
-func (e *Election) current(ctx context.Context) (Leader, bool) {
-	wait := minRetry
-	for {
-		l, err := e.Leader(ctx)
-		if err == nil {
-			return l, true
-		}
-		if errors.Is(err, ErrNoLeader) {
-			return Leader{}, false
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Leader{}, false
-		case <-t.C:
-		}
-		wait = min(2*wait, maxRetry)
-	}
 }
 
 // Run campaigns with value and, each time it is elected, runs fn with the

@@ -441,3 +441,153 @@ func TestBadInput(t *testing.T) {
 		t.Error("a nil Term's Done is open")
 	}
 }
+
+// Without pub/sub (a user with no channel, or no @pubsub command) a
+// candidate is elected and announced all the same: Campaign succeeds and
+// its record is written, and no failed Campaign leaves a record behind;
+// a lost record is written again.
+// A waiting candidate is elected when the leader resigns.
+func TestCampaignWithoutPubSub(t *testing.T) {
+	elPubSubDenied(t, func(t *testing.T, admin, user *redis.Client) {
+		ctx := elCtx(t)
+		l := fencedlock.New(user)
+		e := election.New(l, "office", election.WithTTL(time.Second))
+		_, record, _ := elKeys(l, "office")
+		term, err := e.Campaign(ctx, "a")
+		if err != nil {
+			rec, gerr := admin.Get(ctx, record).Result()
+			t.Fatalf("Campaign failed: %v; the leader record holds %q (%v)", err, rec, gerr)
+		}
+		leader, err := e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, election.Leader{Value: "a", Token: term.Token()}, leader)
+		// A lost record is written again, though not published.
+		require.NoError(t, admin.Del(ctx, record).Err())
+		require.Eventually(t, func() bool {
+			rec, err := admin.Get(ctx, record).Result()
+			return err == nil && rec == fmt.Sprintf("%d:a", term.Token())
+		}, 5*time.Second, 10*time.Millisecond, "the lost record is not written again")
+
+		// A candidate of the user waits for a leader of the default user,
+		// and is elected when it resigns.
+		ea := election.New(fencedlock.New(admin), "office", election.WithTTL(time.Second))
+		require.NoError(t, term.Resign(ctx))
+		first, err := ea.Campaign(ctx, "admin")
+		require.NoError(t, err)
+		next := elCampaign(ctx, e, "b")
+		elRequireWaiting(t, next)
+		require.NoError(t, first.Resign(ctx))
+		r := elAwait(t, next)
+		require.NoError(t, r.err)
+		leader, err = e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, election.Leader{Value: "b", Token: r.term.Token()}, leader)
+		require.NoError(t, r.term.Resign(ctx))
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// Without pub/sub Run is elected and runs fn.
+func TestRunWithoutPubSub(t *testing.T) {
+	elPubSubDenied(t, func(t *testing.T, admin, user *redis.Client) {
+		ctx := elCtx(t)
+		e := election.New(fencedlock.New(user), "office", election.WithTTL(time.Second))
+		boom := errors.New("boom")
+		var calls int32
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+			atomic.AddInt32(&calls, 1)
+			return boom
+		})
+		assert.Equal(t, boom, err, "Run's error")
+		assert.EqualValues(t, 1, atomic.LoadInt32(&calls), "fn's runs")
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// A leader record lost while its term lasts (deleted, evicted) is written
+// again by the term within a heartbeat interval, and published: an
+// Observe started while it was missing hears it. Until then Leader
+// reports the lock's holder.
+func TestLostLeaderRecordIsWrittenAgain(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		l := elLocker(b)
+		e := election.New(l, "lost", election.WithTTL(600*time.Millisecond))
+		_, record, _ := elKeys(l, "lost")
+		term, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		want := election.Leader{Value: "a", Token: term.Token()}
+
+		require.NoError(t, b.Client.Del(ctx, record).Err())
+		leader, err := e.Leader(ctx)
+		require.NoError(t, err, "Leader with the record lost")
+		assert.Contains(t, []election.Leader{want, {Token: term.Token()}}, leader)
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		seen := e.Observe(octx)
+		assert.Equal(t, want, elNext(t, seen, 5*time.Second))
+		leader, err = e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, leader)
+		pttl, err := b.Client.PTTL(ctx, record).Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, time.Hour, "the record's life")
+
+		// Its life runs low: extended.
+		require.NoError(t, b.Client.PExpire(ctx, record, time.Minute).Err())
+		require.Eventually(t, func() bool {
+			pttl, err := b.Client.PTTL(ctx, record).Result()
+			return err == nil && pttl > time.Hour
+		}, 5*time.Second, 10*time.Millisecond, "the record's life is not extended")
+
+		// Overwritten by hand with another term's: written again too.
+		require.NoError(t, b.Client.Set(ctx, record, "1:intruder", 0).Err())
+		require.Eventually(t, func() bool {
+			leader, err := e.Leader(ctx)
+			return err == nil && leader == want
+		}, 5*time.Second, 10*time.Millisecond, "the record is not written again")
+		require.NoError(t, term.Resign(ctx))
+		cancel()
+		elNoGoroutinesLeft(t)
+	})
+}
+
+// While the lock is held but the leader record is missing or another
+// term's (as between a grant and its announcement), Leader returns the
+// holder's token with an empty Value, and Observe delivers nothing: it
+// delivers leaders whose value it knows.
+func TestLeaderFallsBackToTheLockHolder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		l := elLocker(b)
+		// A long TTL: the term checks its record only every 10s.
+		e := election.New(l, "fallback", election.WithTTL(30*time.Second))
+		_, record, _ := elKeys(l, "fallback")
+		term, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		holder := election.Leader{Token: term.Token()}
+
+		require.NoError(t, b.Client.Set(ctx, record, fmt.Sprintf("%d:earlier", term.Token()-1), 0).Err())
+		leader, err := e.Leader(ctx)
+		require.NoError(t, err, "Leader with an earlier term's record")
+		assert.Equal(t, holder, leader)
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		seen := e.Observe(octx)
+		elNothing(t, seen, 300*time.Millisecond, "its value is unknown")
+
+		require.NoError(t, b.Client.Del(ctx, record).Err())
+		leader, err = e.Leader(ctx)
+		require.NoError(t, err, "Leader with no record")
+		assert.Equal(t, holder, leader)
+		elNothing(t, seen, 300*time.Millisecond, "its value is unknown")
+
+		require.NoError(t, term.Resign(ctx))
+		_, err = e.Leader(ctx)
+		require.ErrorIs(t, err, election.ErrNoLeader)
+		cancel()
+		elNoGoroutinesLeft(t)
+	})
+}
