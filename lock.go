@@ -113,8 +113,9 @@ const DefaultIdleExpiry = 24 * time.Hour
 // Safety does not move: an expired counter is seeded again from the Redis
 // server clock, as after FLUSHALL, so the next token is above every
 // earlier one, provided the server clock does not step back by more than
-// d. A counter raised by Advance above the clock never expires. Every key
-// and its expiry are listed in
+// d. A counter ahead of the clock expires that much later, or never when
+// it is more than 30 days ahead (raised by Advance to a huge token, say).
+// Every key and its expiry are listed in
 // https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 func WithIdleExpiry(d time.Duration) Option {
 	return func(l *Locker) { l.idle = d }
