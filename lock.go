@@ -32,7 +32,8 @@ const abandonMarkerTTL = 16 * time.Minute
 // prefix) coordinate with each other. In the process, a Locker keeps only
 // its queues of waiting goroutines and its pub/sub subscription, which it
 // opens when a goroutine has to wait and closes a second after the last
-// one stopped waiting.
+// one stopped waiting, and the grants of other libraries that IssueToken
+// issued tokens to while their lock keys may hold them.
 //
 // Make a Locker with New. The zero Locker has no client: its methods
 // return errors wrapping ErrInvalidArgument.
@@ -49,6 +50,7 @@ type Locker struct {
 	logger   *slog.Logger  // set by WithLogger
 	observer Observer      // set by WithObserver
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
+	issued   issuedGrants  // the grants whose tokens' keys IssueToken keeps
 
 	mu     sync.Mutex             // guards the fields below
 	queues map[string]*waitQueue  // local waiters by resource

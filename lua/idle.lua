@@ -52,9 +52,14 @@ end
 -- Extends the idle expiry of key, a counter whose lock was just refreshed
 -- (or renewed) for ttl milliseconds, to at least ttl + idle from now: a
 -- held lock's keys never expire before it does. A key kept for ever stays
--- so.
+-- so; a lock without expiry (ttl -1, another library's) keeps it for
+-- ever.
 local function extend_idle(key, ttl, idle)
   if idle == 0 then
+    return
+  end
+  if ttl < 0 then
+    redis.call('PERSIST', key)
     return
   end
   local left = redis.call('PTTL', key)
