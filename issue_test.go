@@ -511,9 +511,7 @@ func TestIssueTokenSameGrantKeepsItsTokenWhileExtended(t *testing.T) {
 	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(time.Second))
 	key := "locks:" + b.Prefix + ":x"
 	t.Cleanup(func() { b.Client.Del(context.Background(), key) })
-	ok, err := b.Client.SetNX(ctx, key, "grant-1", time.Second).Result()
-	require.NoError(t, err)
-	require.True(t, ok)
+	require.NoError(t, b.Client.SetArgs(ctx, key, "grant-1", redis.SetArgs{Mode: "NX", TTL: time.Second}).Err())
 	first, err := l.IssueToken(ctx, key, "grant-1")
 	require.NoError(t, err)
 
