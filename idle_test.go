@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -240,6 +241,26 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 		assert.Greater(t, next, tok)
 		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedTokenKey(key)), "a lock key without expiry keeps its counter")
 		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedRecordKey(key)))
+
+		// A lock key that loses its expiry after the grant asked: the
+		// same grant asking again, or the Locker's next check, keeps both
+		// keys for ever, and the Locker has nothing left to keep.
+		for _, ask := range []bool{true, false} {
+			value := fmt.Sprintf("owner-4-%v", ask)
+			require.NoError(t, b.Client.Set(ctx, key, value, time.Minute).Err())
+			_, err = l.IssueToken(ctx, key, value)
+			require.NoError(t, err)
+			require.Greater(t, keyPTTL(t, b, l.IssuedRecordKey(key)), time.Duration(0))
+			require.NoError(t, b.Client.Persist(ctx, key).Err())
+			if ask {
+				_, err = l.IssueToken(ctx, key, value)
+				require.NoError(t, err)
+			}
+			waitUntil(t, func() bool { return keyPTTL(t, b, l.IssuedRecordKey(key)) == -1 }, "the record to be kept for ever")
+			assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedTokenKey(key)), "asked again: %v", ask)
+			waitUntil(t, func() bool { return l.KeptIssuedGrants() == 0 }, "the grant to be forgotten")
+			require.NoError(t, b.Client.Del(ctx, key).Err())
+		}
 	})
 }
 
