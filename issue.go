@@ -218,9 +218,12 @@ func (l *Locker) keepIssued(lockKey, value string, keys []any, pttl int64) {
 		k.grants = make(map[string]*issuedGrant)
 		k.tick, k.maxGap = min(issuedKeepTick, l.idle/3), issuedKeepMaxGap
 	}
-	g := &issuedGrant{value: value, keys: keys}
+	g := k.grants[lockKey]
+	if g == nil || g.value != value {
+		g = &issuedGrant{value: value, keys: keys}
+		k.grants[lockKey] = g
+	}
 	k.kept(g, time.Now(), pttl, l.idle)
-	k.grants[lockKey] = g
 	if !k.running {
 		k.running = true
 		go l.keepIssuedKeys(k.tick)
