@@ -42,3 +42,20 @@ func (l *Locker) IssuedTokenKey(lockKey string) string {
 
 // Key returns the key of resource's value and token.
 func (s *RedisStore) Key(resource string) string { return keyFor(s.prefix, resource, "value") }
+
+// SetIssuedKeeping sets how often a Locker's goroutine that keeps the
+// keys of issued tokens wakes, and the longest time between two checks of
+// one grant, for the Lockers that issue their first token afterwards, and
+// returns a function restoring the old values.
+func SetIssuedKeeping(tick, maxGap time.Duration) (restore func()) {
+	oldTick, oldGap := issuedKeepTick, issuedKeepMaxGap
+	issuedKeepTick, issuedKeepMaxGap = tick, maxGap
+	return func() { issuedKeepTick, issuedKeepMaxGap = oldTick, oldGap }
+}
+
+// KeptIssuedGrants returns how many grants l keeps the token keys of.
+func (l *Locker) KeptIssuedGrants() int {
+	l.issued.mu.Lock()
+	defer l.issued.mu.Unlock()
+	return len(l.issued.grants)
+}

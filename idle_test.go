@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,42 +89,119 @@ func TestIdleExpiryKeepsAHeldLocksCounter(t *testing.T) {
 	})
 }
 
-// A counter ahead of the clock (raised by Advance) never expires: a
-// counter seeded from the clock after its expiry would give lower tokens.
-func TestIdleExpiryKeepsACounterAheadOfTheClock(t *testing.T) {
+// A counter ahead of the clock (raised by Advance) expires once the clock
+// has passed it by the idle expiry: a counter seeded from the clock after
+// its expiry gives higher tokens. One more than 30 days ahead is kept for
+// ever.
+func TestIdleExpiryOfACounterAheadOfTheClock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
-		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(time.Hour))
-		ahead := fencedlock.Token(serverMicros(t, b) + uint64(48*time.Hour/time.Microsecond))
-		require.NoError(t, l.Advance(ctx, "ahead", ahead))
-		lock := mustTryAcquire(t, ctx, l, "ahead", time.Second)
-		assert.Greater(t, lock.Token(), ahead)
-		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.TokenKey("ahead")), "a counter ahead of the clock got an expiry")
+		const idle, ahead, ttl = time.Second, 3 * time.Second, 10 * time.Second
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(idle))
+		floor := fencedlock.Token(serverMicros(t, b) + uint64(ahead/time.Microsecond))
+		require.NoError(t, l.Advance(ctx, "ahead", floor))
+		left := keyPTTL(t, b, l.TokenKey("ahead"))
+		assert.Greater(t, left, ahead+idle-200*time.Millisecond, "a counter 3s ahead expires 3s + idle after Advance")
+		assert.LessOrEqual(t, left, ahead+idle)
+		passIdle(t, b, ahead+idle+100*time.Millisecond)
+		assert.Empty(t, testKeys(t, b), "a counter 3s ahead outlived 3s + idle")
+		lock := mustTryAcquire(t, ctx, l, "ahead", ttl)
+		assert.Greater(t, lock.Token(), floor, "the clock that seeds the counter again is past it")
 		require.NoError(t, lock.Release(ctx))
 
-		// Kept while ahead, even when the server clock later steps back
-		// (by less than the idle expiry): the next token is still higher.
-		if !b.Real {
-			m := b.Miniredis()
-			now := time.Now()
-			m.SetTime(now)
-			near := fencedlock.Token(serverMicros(t, b) + uint64((time.Hour+time.Second-time.Millisecond)/time.Microsecond))
-			require.NoError(t, l.Advance(ctx, "step", near))
-			first := mustTryAcquire(t, ctx, l, "step", time.Second)
-			require.NoError(t, first.Release(ctx))
-			passIdle(t, b, time.Hour+time.Second+time.Millisecond)
-			m.SetTime(now.Add(time.Hour + time.Second - 2*time.Second)) // the clock steps back 2s
-			next := mustTryAcquire(t, ctx, l, "step", time.Second)
-			assert.Greater(t, next.Token(), first.Token(), "a clock step back of 2s (idle 1h) gave a lower token")
-			require.NoError(t, next.Release(ctx))
+		// A grant from a counter ahead: the lock's TTL too.
+		floor = fencedlock.Token(serverMicros(t, b) + uint64(time.Hour/time.Microsecond))
+		require.NoError(t, l.Advance(ctx, "grant", floor))
+		lock = mustTryAcquire(t, ctx, l, "grant", ttl)
+		require.Equal(t, floor+1, lock.Token())
+		left = keyPTTL(t, b, l.TokenKey("grant"))
+		assert.Greater(t, left, time.Hour+ttl+idle-200*time.Millisecond)
+		assert.LessOrEqual(t, left, time.Hour+ttl+idle)
+		require.NoError(t, lock.Release(ctx))
+
+		// More than 30 days ahead, or far beyond 2^53: kept for ever, by
+		// Advance and by the grants that follow.
+		for name, floor := range map[string]fencedlock.Token{
+			"month": fencedlock.Token(serverMicros(t, b) + uint64(31*24*time.Hour/time.Microsecond)),
+			"huge":  1 << 62,
+		} {
+			require.NoError(t, l.Advance(ctx, name, floor))
+			assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.TokenKey(name)), "%s: Advance gave an expiry", name)
+			lock := mustTryAcquire(t, ctx, l, name, ttl)
+			assert.Equal(t, floor+1, lock.Token(), name)
+			assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.TokenKey(name)), "%s: a grant gave an expiry", name)
+			require.NoError(t, lock.Release(ctx))
 		}
 
 		// Advance to a floor behind the clock: the counter expires as usual.
 		require.NoError(t, l.Advance(ctx, "behind", 5))
-		left := keyPTTL(t, b, l.TokenKey("behind"))
+		left = keyPTTL(t, b, l.TokenKey("behind"))
 		assert.Greater(t, left, time.Duration(0), "a counter behind the clock got no expiry")
-		assert.LessOrEqual(t, left, time.Hour)
+		assert.LessOrEqual(t, left, idle)
 	})
+}
+
+// On a frozen clock, the expiry of a counter ahead is exact: the
+// microseconds it is ahead of the token a fresh counter would give,
+// rounded up to milliseconds, plus the lock's TTL and the idle expiry;
+// 30 days ahead at most, beyond which it is kept for ever.
+func TestIdleExpiryOfACounterAheadOnAFrozenClock(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := testCtx(t)
+	at := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	b.Miniredis().SetTime(at)
+	us := fencedlock.Token(at.UnixMicro())
+	const idle, ttl, bound = time.Hour, 10 * time.Second, 30 * 24 * time.Hour
+	l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithIdleExpiry(idle))
+	for _, c := range []struct {
+		floor fencedlock.Token
+		want  time.Duration // by Advance; -1: kept for ever
+	}{
+		{us, idle},
+		{us + 1, idle},
+		{us + 2, idle + time.Millisecond},
+		{us + 1001, idle + time.Millisecond},
+		{us + 1002, idle + 2*time.Millisecond},
+		{us + 1 + fencedlock.Token(bound/time.Microsecond), idle + bound},
+		{us + 2 + fencedlock.Token(bound/time.Microsecond), -1},
+	} {
+		name := c.floor.String()
+		require.NoError(t, l.Advance(ctx, name, c.floor))
+		assert.Equal(t, c.want, keyPTTL(t, b, l.TokenKey(name)), "Advance to the clock + %d µs", c.floor-us)
+	}
+
+	// A grant: its token, one above the counter, is what is ahead.
+	for _, c := range []struct {
+		counter fencedlock.Token
+		want    time.Duration
+	}{
+		{us - 7, ttl + idle},
+		{us, ttl + idle},
+		{us + 1, ttl + idle + time.Millisecond},
+		{us + 1000, ttl + idle + time.Millisecond},
+		{us + 1001, ttl + idle + 2*time.Millisecond},
+		{us + fencedlock.Token(bound/time.Microsecond), ttl + idle + bound},
+		{us + 1 + fencedlock.Token(bound/time.Microsecond), -1},
+	} {
+		name := "grant-" + c.counter.String()
+		require.NoError(t, b.Client.Set(ctx, l.TokenKey(name), c.counter.String(), 0).Err())
+		lock := mustTryAcquire(t, ctx, l, name, ttl)
+		assert.Equal(t, max(c.counter, us)+1, lock.Token())
+		assert.Equal(t, c.want, keyPTTL(t, b, l.TokenKey(name)), "a grant from a counter at the clock + %d µs", int64(c.counter-us))
+	}
+
+	// IssueToken's counter and record, when AdvanceIssued raised the
+	// counter: the lock key's TTL is the lock's.
+	key := b.Prefix + ":other-lib"
+	require.NoError(t, b.Client.Set(ctx, key, "grant", ttl).Err())
+	require.NoError(t, l.AdvanceIssued(ctx, key, us+5000))
+	assert.Equal(t, idle+5*time.Millisecond, keyPTTL(t, b, l.IssuedTokenKey(key)))
+	tok, err := l.IssueToken(ctx, key, "grant")
+	require.NoError(t, err)
+	assert.Equal(t, us+5001, tok)
+	for _, k := range []string{l.IssuedTokenKey(key), l.IssuedRecordKey(key)} {
+		assert.Equal(t, ttl+idle+5*time.Millisecond, keyPTTL(t, b, k), k)
+	}
 }
 
 // IssueToken's counter and record expire with the lock key's TTL plus the
@@ -163,6 +241,26 @@ func TestIdleExpiryOfIssuedTokens(t *testing.T) {
 		assert.Greater(t, next, tok)
 		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedTokenKey(key)), "a lock key without expiry keeps its counter")
 		assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedRecordKey(key)))
+
+		// A lock key that loses its expiry after the grant asked: the
+		// same grant asking again, or the Locker's next check, keeps both
+		// keys for ever, and the Locker has nothing left to keep.
+		for _, ask := range []bool{true, false} {
+			value := fmt.Sprintf("owner-4-%v", ask)
+			require.NoError(t, b.Client.Set(ctx, key, value, time.Minute).Err())
+			_, err = l.IssueToken(ctx, key, value)
+			require.NoError(t, err)
+			require.Greater(t, keyPTTL(t, b, l.IssuedRecordKey(key)), time.Duration(0))
+			require.NoError(t, b.Client.Persist(ctx, key).Err())
+			if ask {
+				_, err = l.IssueToken(ctx, key, value)
+				require.NoError(t, err)
+			}
+			waitUntil(t, func() bool { return keyPTTL(t, b, l.IssuedRecordKey(key)) == -1 }, "the record to be kept for ever")
+			assert.Equal(t, time.Duration(-1), keyPTTL(t, b, l.IssuedTokenKey(key)), "asked again: %v", ask)
+			waitUntil(t, func() bool { return l.KeptIssuedGrants() == 0 }, "the grant to be forgotten")
+			require.NoError(t, b.Client.Del(ctx, key).Err())
+		}
 	})
 }
 
@@ -221,4 +319,28 @@ func TestIdleExpiryKeepsALongLivedWaitersPlace(t *testing.T) {
 	require.NoError(t, holder.Release(ctx))
 	lock := awaitAcquired(t, long)
 	require.NoError(t, lock.Release(ctx))
+}
+
+// A hand-over on a frozen clock (miniredis's SetTime) grants the waiter
+// the clock plus two: a counter a microsecond ahead of the clock. It
+// expires as any other once its resource has been idle, a microsecond
+// later.
+func TestIdleExpiryOfACounterAheadAfterAHandOver(t *testing.T) {
+	b := redistest.Mini(t)
+	ctx := testCtx(t)
+	b.Miniredis().SetTime(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC))
+	l := newLocker(b) // DefaultIdleExpiry: a day
+	const ttl = time.Second
+	holder := mustTryAcquire(t, ctx, l, "queue", ttl)
+	waiter := acquireAsync(ctx, l, "queue", ttl, hourRetryDelay)
+	awaitQueued(t, b, l, "queue")
+	require.NoError(t, holder.Release(ctx))
+	next := awaitAcquired(t, waiter)
+	require.Equal(t, holder.Token()+1, next.Token(), "handed over in the same microsecond")
+	require.NoError(t, next.Release(ctx))
+
+	b.FastForward(t, fencedlock.DefaultIdleExpiry+ttl)
+	assert.Equal(t, []string{l.TokenKey("queue")}, testKeys(t, b), "the counter went before ttl + idle + 1µs")
+	b.FastForward(t, time.Millisecond)
+	assert.Empty(t, testKeys(t, b), "keys left a day after the last use")
 }

@@ -2,10 +2,14 @@ package fencedlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock/internal/names"
 )
@@ -18,6 +22,14 @@ import (
 // (another value) gets a token higher than every one issued for lockKey
 // before. So ownerValue must be unique per grant, as the random values of
 // redsync and redislock are; a fixed value lets two grants share a token.
+//
+// The Locker keeps the keys that remember the grant's token while lockKey
+// holds ownerValue, however long the other library extends it: one
+// goroutine of the Locker, running only while such a grant may still hold
+// its lock key, checks each about when its lock key would expire. Should
+// this process stop first, the keys expire the idle expiry after the
+// lock key would have, as last checked, and the grant asking again after
+// that gets a new, higher token.
 //
 // When lockKey is missing, holds another value or is not a string, the
 // error wraps ErrLockLost and nothing is written. An empty lockKey or
@@ -37,24 +49,32 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 	if ownerValue == "" {
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
+	keys := boxKeys(lockKey, counter, record)
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return issueScript.run(ctx, l.client, boxKeys(lockKey, counter, record), ownerValue, l.idleArg).Slice()
+		return issueScript.run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
 	}
 	if len(res) == 1 {
 		if n, _ := res[0].(int64); n == 0 {
+			l.issued.forget(lockKey, ownerValue)
 			return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
 		}
 	}
-	if len(res) != 2 {
+	var pttl int64
+	ok := len(res) == 3
+	if ok {
+		pttl, ok = res[2].(int64)
+	}
+	if !ok {
 		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: unexpected reply %v", names.Quote(lockKey), res)
 	}
 	token, err := tokenFromReply(res[1])
 	if err != nil {
 		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: %w", names.Quote(lockKey), err)
 	}
+	l.keepIssued(lockKey, ownerValue, keys, pttl)
 	return token, nil
 }
 
@@ -133,4 +153,220 @@ func slotNumber(slot uint16) uint32 {
 		}
 	})
 	return slotNumbers.n[slot]
+}
+
+// The keys of an issued token expire the idle expiry after the grant's
+// lock key would, as far as the last IssueToken saw. Another library
+// extends its lock key without a word to them, so the Locker that issued
+// the token keeps them: it remembers the grant while its lock key may
+// still hold it, and one goroutine per Locker, running only while it
+// remembers one, checks each grant with keep_issued.lua about when its
+// lock key would expire. While the lock key holds the grant's value, the
+// check extends the keys to its TTL plus the idle expiry; once it does
+// not, the grant is forgotten, and its keys expire on their own.
+
+var (
+	// issuedKeepTick is how often the keeping goroutine looks for
+	// grants due for a check: at most a third of the idle expiry.
+	issuedKeepTick = time.Second
+	// issuedKeepMaxGap bounds the time between two checks of a grant,
+	// which is its lock key's TTL when shorter, and a third of the idle
+	// expiry at most: a grant whose lock key is deleted is forgotten
+	// within it.
+	issuedKeepMaxGap = time.Minute
+)
+
+const (
+	// issuedKeepBatch is how many grants one pipeline checks at most.
+	issuedKeepBatch = 256
+	// issuedKeepTimeout bounds one pipeline of checks.
+	issuedKeepTimeout = 5 * time.Second
+)
+
+// issuedGrants is what a Locker remembers of the grants whose token's
+// keys it keeps. Its zero value remembers none.
+type issuedGrants struct {
+	mu      sync.Mutex              // guards the fields below
+	grants  map[string]*issuedGrant // by lock key: the last grant that asked
+	running bool                    // the keeping goroutine runs
+	tick    time.Duration           // the goroutine's tick, set with grants
+	maxGap  time.Duration           // longest time between checks, set with grants
+}
+
+// issuedGrant is a grant whose token's keys the Locker keeps.
+type issuedGrant struct {
+	value string
+	keys  []any     // lock key, counter, record, boxed
+	next  time.Time // when to check it next
+	until time.Time // when its keys expire unless kept, as far as the Locker knows
+}
+
+// keepIssued remembers the grant of lockKey with value, whose token's
+// keys (boxed in keys) IssueToken has just set to last pttl (the lock
+// key's PTTL in milliseconds, -1 for none) plus the idle expiry, and
+// starts the keeping goroutine if it is not running. Keys kept for ever
+// need no keeping: then it forgets lockKey's grant.
+func (l *Locker) keepIssued(lockKey, value string, keys []any, pttl int64) {
+	k := &l.issued
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l.idle == 0 || pttl < 0 {
+		delete(k.grants, lockKey)
+		return
+	}
+	if k.grants == nil {
+		k.grants = make(map[string]*issuedGrant)
+		k.tick, k.maxGap = min(issuedKeepTick, l.idle/3), issuedKeepMaxGap
+	}
+	g := k.grants[lockKey]
+	if g == nil || g.value != value {
+		g = &issuedGrant{value: value, keys: keys}
+		k.grants[lockKey] = g
+	}
+	k.kept(g, time.Now(), pttl, l.idle)
+	if !k.running {
+		k.running = true
+		go l.keepIssuedKeys(k.tick)
+	}
+}
+
+// kept sets when g is checked next and when its keys expire, after its
+// keys were set at now to last pttl milliseconds plus idle. k.mu is held.
+func (k *issuedGrants) kept(g *issuedGrant, now time.Time, pttl int64, idle time.Duration) {
+	ttl := time.Duration(pttl) * time.Millisecond
+	g.next = now.Add(min(ttl, idle/3, k.maxGap))
+	g.until = now.Add(ttl + idle)
+}
+
+// forget forgets the grant of lockKey if it is the one with value.
+func (k *issuedGrants) forget(lockKey, value string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if g := k.grants[lockKey]; g != nil && g.value == value {
+		delete(k.grants, lockKey)
+	}
+}
+
+// dueGrant is a grant due for a check.
+type dueGrant struct {
+	lockKey, value string
+	keys           []any
+}
+
+// due returns the grants due for a check at now; ok is false, and the
+// goroutine must end, when there are none left to keep.
+func (k *issuedGrants) due(now time.Time) (due []dueGrant, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.grants) == 0 {
+		k.running = false
+		return nil, false
+	}
+	for key, g := range k.grants {
+		if !g.next.After(now) {
+			due = append(due, dueGrant{key, g.value, g.keys})
+		}
+	}
+	return due, true
+}
+
+// keepIssuedKeys is the keeping goroutine: every tick it checks the
+// grants due, and it ends when none are left.
+func (l *Locker) keepIssuedKeys(tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for range t.C {
+		due, ok := l.issued.due(time.Now())
+		if !ok {
+			return
+		}
+		for len(due) > 0 {
+			n := min(len(due), issuedKeepBatch)
+			l.checkIssued(due[:n])
+			due = due[n:]
+		}
+	}
+}
+
+// checkIssued runs keep_issued.lua for each grant of batch, in one
+// pipeline, and acts on the replies: a grant over is forgotten, one
+// still holding its lock key is checked again later, and one that could
+// not be checked is tried again at the next tick while its keys last,
+// then forgotten with a warning. A closed client forgets them all.
+func (l *Locker) checkIssued(batch []dueGrant) {
+	ctx, cancel := context.WithTimeout(context.Background(), issuedKeepTimeout)
+	defer cancel()
+	cmds, err := bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
+		pipe := l.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, g := range batch {
+			cmds[i] = keepScript.run(ctx, pipe, g.keys, g.value, l.idleArg)
+		}
+		_, execErr := pipe.Exec(ctx)
+		for i, g := range batch {
+			err := cmds[i].Err()
+			switch {
+			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				cmds[i] = keepScript.run(ctx, l.client, g.keys, g.value, l.idleArg)
+			case err == nil && cmds[i].Val() == nil && execErr != nil:
+				// not sent: go-redis sets the error of a pipeline that
+				// could not get a connection on none of its commands
+				cmds[i].SetErr(execErr)
+			}
+		}
+		return cmds, nil
+	})
+	now := time.Now()
+	k := &l.issued
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, d := range batch {
+		g := k.grants[d.lockKey]
+		if g == nil || g.value != d.value {
+			continue // forgotten, or another grant of the lock key asked since
+		}
+		cerr := err
+		if cerr == nil {
+			var pttl int64
+			if pttl, cerr = keptFor(cmds[i]); cerr == nil {
+				if pttl < 0 { // the grant is over, or its keys are kept for ever
+					delete(k.grants, d.lockKey)
+				} else {
+					k.kept(g, now, pttl, l.idle)
+				}
+				continue
+			}
+		}
+		if errors.Is(cerr, redis.ErrClosed) {
+			k.grants = nil
+			return
+		}
+		if now.After(g.until) {
+			delete(k.grants, d.lockKey)
+			l.warn("fencedlock: the keys of an issued token were not kept: the grant may get another token", d.lockKey, "err", cerr)
+			continue
+		}
+		g.next = now.Add(k.tick)
+	}
+}
+
+// keptFor returns what keep_issued.lua answered in cmd: the lock key's
+// PTTL in milliseconds, -1 when its keys need no more keeping (the
+// grant is over, or the lock key has no expiry), or the error.
+func keptFor(cmd *redis.Cmd) (int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, err
+	}
+	switch len(res) {
+	case 1:
+		if n, _ := res[0].(int64); n == 0 {
+			return -1, nil
+		}
+	case 2:
+		if pttl, ok := res[1].(int64); ok {
+			return pttl, nil
+		}
+	}
+	return 0, fmt.Errorf("fencedlock: keep the keys of an issued token: unexpected reply %v", res)
 }

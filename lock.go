@@ -33,7 +33,8 @@ const abandonMarkerTTL = 16 * time.Minute
 // prefix) coordinate with each other. In the process, a Locker keeps only
 // its queues of waiting goroutines and its pub/sub subscription, which it
 // opens when a goroutine has to wait and closes a second after the last
-// one stopped waiting.
+// one stopped waiting, and the grants of other libraries that IssueToken
+// issued tokens to while their lock keys may hold them.
 //
 // Make a Locker with New. The zero Locker has no client: its methods
 // return errors wrapping ErrInvalidArgument.
@@ -50,6 +51,7 @@ type Locker struct {
 	logger   *slog.Logger  // set by WithLogger
 	observer Observer      // set by WithObserver
 	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
+	issued   issuedGrants  // the grants whose tokens' keys IssueToken keeps
 
 	warnedPubSub atomic.Bool // the Warn that Redis refused pub/sub was logged
 
@@ -117,8 +119,9 @@ const DefaultIdleExpiry = 24 * time.Hour
 // Safety does not move: an expired counter is seeded again from the Redis
 // server clock, as after FLUSHALL, so the next token is above every
 // earlier one, provided the server clock does not step back by more than
-// d. A counter raised by Advance above the clock never expires. Every key
-// and its expiry are listed in
+// d. A counter ahead of the clock expires that much later, or never when
+// it is more than 30 days ahead (raised by Advance to a huge token, say).
+// Every key and its expiry are listed in
 // https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 func WithIdleExpiry(d time.Duration) Option {
 	return func(l *Locker) { l.idle = d }

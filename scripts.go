@@ -40,6 +40,8 @@ var (
 	fenceLua string
 	//go:embed lua/issue.lua
 	issueLua string
+	//go:embed lua/keep_issued.lua
+	keepIssuedLua string
 	//go:embed lua/inspect.lua
 	inspectLua string
 )
@@ -66,6 +68,7 @@ var (
 	putScript     = newScript(storedLua + putLua)
 	fenceScript   = newScript(storedLua + fenceLua)
 	issueScript   = newScript(idleLua + counterLua + issueLua)
+	keepScript    = newScript(idleLua + keepIssuedLua)
 	inspectScript = newScript(inspectLua)
 )
 

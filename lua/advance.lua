@@ -4,8 +4,8 @@
 -- ARGV[2]: the idle expiry in milliseconds (0: none) of the counter
 -- Returns the counter's value afterwards, as a string.
 --
--- A counter it writes ahead of the clock is kept for ever (see
--- keeps_for_ever); one at or behind the clock expires after idle.
+-- A counter it writes expires after idle, plus as far as it is ahead of
+-- the clock, or is kept for ever when that is too far (see idle_expiry).
 local c = read_counter(KEYS[1])
 if type(c) == 'table' then
   return c
@@ -18,11 +18,12 @@ if not c or less(c, floor) then
   if less(c, seed) then
     c = seed
   end
-  local idle = tonumber(ARGV[2])
-  if keeps_for_ever(c, seed, idle) then
-    redis.call('SET', KEYS[1], c)
+  -- no lock: the counter is kept for its idle expiry alone
+  local px = idle_expiry(c, seed, 0, tonumber(ARGV[2]))
+  if px then
+    redis.call('SET', KEYS[1], c, 'PX', string.format('%d', px))
   else
-    redis.call('SET', KEYS[1], c, 'PX', string.format('%d', idle))
+    redis.call('SET', KEYS[1], c)
   end
 end
 return c

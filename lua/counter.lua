@@ -89,10 +89,11 @@ local function next_token(key, ttl, idle)
   if not c or less(c, seed) then
     -- below 2^53 (the clock is), so exact as a Lua number
     local t = string.format('%d', tonumber(seed) + 1)
-    if keeps_for_ever(t, seed, idle) then
-      redis.call('SET', key, t)
+    local px = idle_expiry(t, seed, ttl, idle)
+    if px then
+      redis.call('SET', key, t, 'PX', string.format('%d', px))
     else
-      redis.call('SET', key, t, 'PX', string.format('%d', ttl + idle))
+      redis.call('SET', key, t)
     end
     return t, seed
   end

@@ -7,9 +7,11 @@
 -- ARGV[2]: the idle expiry in milliseconds (0: none) of the counter and
 --          the record, counted from the lock key's own expiry
 -- Returns {0} when the lock key does not hold ARGV[1] (missing, another
--- value, another type), having written nothing; {1, token} otherwise, the
--- token as a digit string: the recorded one when the record is of this
--- value, else a fresh one, recorded.
+-- value, another type), having written nothing; {1, token, pttl}
+-- otherwise, the token as a digit string: the recorded one when the
+-- record is of this value, else a fresh one, recorded; pttl is the lock
+-- key's PTTL (-1: no expiry), which the Locker keeps the two keys for
+-- (keep_issued.lua).
 local held = redis.pcall('GET', KEYS[1])
 if type(held) ~= 'string' or held ~= ARGV[1] then
   return {0}
@@ -55,18 +57,16 @@ if rec[1] or rec[2] then
     -- the same grant asks again: the same token, and its keys are kept
     -- as long as the lock key may now last
     local ttl = redis.call('PTTL', KEYS[1])
-    if ttl >= 0 then
-      extend_idle(KEYS[2], ttl, tonumber(ARGV[2]))
-      extend_idle(KEYS[3], ttl, tonumber(ARGV[2]))
-    end
-    return {1, last}
+    extend_idle(KEYS[2], ttl, tonumber(ARGV[2]))
+    extend_idle(KEYS[3], ttl, tonumber(ARGV[2]))
+    return {1, last, ttl}
   end
 end
 
 -- The keys last the lock key's TTL plus the idle expiry; a lock key
 -- without expiry (PTTL -1) keeps both for ever.
-local ttl = redis.call('PTTL', KEYS[1])
-local idle = tonumber(ARGV[2])
+local pttl = redis.call('PTTL', KEYS[1])
+local ttl, idle = pttl, tonumber(ARGV[2])
 if ttl < 0 then
   idle = 0
   ttl = 0
@@ -77,4 +77,4 @@ if type(t) == 'table' then
 end
 redis.call('HSET', KEYS[3], 'v', ARGV[1], 't', t)
 expire_idle(KEYS[3], t, seed, ttl, idle)
-return {1, t}
+return {1, t, pttl}
