@@ -142,7 +142,9 @@ func TestStalledSubscriptionIsReplaced(t *testing.T) {
 	stalled := time.Now()
 	// The replacement subscribes on a new connection; the stalled one
 	// keeps its subscription in Redis.
-	waitUntil(t, func() bool { return channelSubscribers(t, c, waiters, "r") == 2 }, "the stalled subscription to be replaced")
+	// A second without a message, then two for the PING's answer: the
+	// replacement comes about three seconds after the stall.
+	require.True(t, pollUntil(15*time.Second, func() bool { return channelSubscribers(t, c, waiters, "r") == 2 }), "the stalled subscription was not replaced")
 	replaced := time.Since(stalled)
 	released := time.Now()
 	require.NoError(t, holder.Release(ctx))
