@@ -341,3 +341,68 @@ func TestReshardMovesTheWaitersSubscription(t *testing.T) {
 		t.Fatal("the waiter did not get the lock within 3s of the release (its timer is set to an hour)")
 	}
 }
+
+// A waiter that gave up while its resource's slot was split may yet be
+// handed the lock: its place in the queue lasts until its deadline, and
+// the slot may move, and the holder release, before the waiter's cleanup
+// tries again. Here that happens late in the place's life, right after
+// one of the cleanup's tries, which pauses up to a second between them:
+// the cleanup passes the lock on once the place has lapsed, so that a
+// third Locker takes it within a second, not after the gone waiter's TTL.
+func TestReshardHandOverToAWaiterThatGaveUpIsPassedOn(t *testing.T) {
+	rs := newReshard(t, "r")
+	ctx := testCtx(t)
+	seen := &handOvers{}
+	holders := fencedlock.New(rs.client(t), fencedlock.WithObserver(seen))
+	log := &scriptLog{}
+	waiters := fencedlock.New(rs.client(t, log))
+	holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The waiter renews its place every 800 ms, and it lasts 2.4 s.
+	const life = 2400 * time.Millisecond
+	done := acquireAsync(wctx, waiters, "r", 20*time.Second, fencedlock.WithRetryDelay(2*time.Millisecond, 800*time.Millisecond))
+	rs.awaitWaiting(t, waiters, "r")
+
+	// Right after a renewal, the slot splits and the waiter gives up:
+	// its place lasts until renewed+life.
+	since := time.Now()
+	waitUntil(t, func() bool { _, ok := log.first(since, answeredAcquire); return ok }, "the waiter to renew its place")
+	renewed, _ := log.first(since, answeredAcquire)
+	m := rs.split(t)
+	gaveUp := time.Now()
+	cancel()
+	r := <-done
+	require.Error(t, noLock(r.lock, r.err))
+
+	// The slot moves right after a try of the cleanup made a second or
+	// less before the place lapses (from then on the cleanup pauses a
+	// second between tries), or 250 ms before the place lapses if none
+	// came, and the holder releases at once, while the place lasts.
+	tried := func(c scriptCall) bool { return c.release && redis.HasErrorPrefix(c.err, "TRYAGAIN") }
+	pollUntil(time.Until(renewed.Add(life-250*time.Millisecond)), func() bool {
+		return log.count(gaveUp.Add(life-time.Second), tried) > 0
+	})
+	m.Finish(t)
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	late := time.Since(renewed)
+	t.Logf("the slot moved and the holder released %v after the waiter's last renewal (its place lasts %v)", late.Round(time.Millisecond), life)
+	require.Less(t, late, life-100*time.Millisecond, "too late to test: the place had lapsed")
+	require.Len(t, seen.list(), 1, "the release handed the lock to the waiter that gave up")
+
+	third := fencedlock.New(rs.client(t))
+	var lock *fencedlock.Lock
+	free := pollUntil(3*time.Second, func() bool {
+		var err error
+		lock, err = third.TryAcquire(ctx, "r", longTTL)
+		return err == nil
+	})
+	require.True(t, free, "the lock stays with the waiter that gave up")
+	t.Logf("a third Locker took the lock %v after the release", time.Since(released).Round(time.Millisecond))
+	assert.Less(t, time.Since(released), 1500*time.Millisecond)
+	entries, deadlines := rs.queued(t, waiters, "r")
+	assert.Empty(t, entries, "the queue holds an entry of the waiter that gave up")
+	assert.Empty(t, deadlines, "the queue's deadlines hold an entry of the waiter that gave up")
+	require.NoError(t, lock.Release(ctx))
+}
