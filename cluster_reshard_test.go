@@ -236,6 +236,7 @@ func TestAcquireRidesOutAReshard(t *testing.T) {
 	assert.Greater(t, w.Token(), holder.Token())
 	assert.Equal(t, rs.to, redistest.SlotOwner(t, rs.servers, rs.slot))
 	require.NoError(t, w.Release(ctx))
+	requireNoGoroutinesLeftWithin(t, 5*time.Second)
 }
 
 // A waiter whose ctx ends while its resource's slot is split returns at
@@ -291,6 +292,7 @@ func TestAcquireGivingUpInAReshardLeavesNoPlace(t *testing.T) {
 	lock, err := third.TryAcquire(ctx, "r", longTTL)
 	require.NoError(t, err, "the lock is free once its holder released it")
 	require.NoError(t, lock.Release(ctx))
+	requireNoGoroutinesLeftWithin(t, 5*time.Second)
 }
 
 // A slot move drops the sharded subscription of a waiter on the slot's old
@@ -340,6 +342,7 @@ func TestReshardMovesTheWaitersSubscription(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("the waiter did not get the lock within 3s of the release (its timer is set to an hour)")
 	}
+	requireNoGoroutinesLeftWithin(t, 5*time.Second)
 }
 
 // A waiter that gave up while its resource's slot was split may yet be
@@ -405,4 +408,5 @@ func TestReshardHandOverToAWaiterThatGaveUpIsPassedOn(t *testing.T) {
 	assert.Empty(t, entries, "the queue holds an entry of the waiter that gave up")
 	assert.Empty(t, deadlines, "the queue's deadlines hold an entry of the waiter that gave up")
 	require.NoError(t, lock.Release(ctx))
+	requireNoGoroutinesLeftWithin(t, 5*time.Second)
 }
