@@ -399,20 +399,27 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 }
 
 // giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
-// leaves the queue if queued, releases (handing on) a lock granted to the
-// attempt meanwhile, and, with markerMS above zero, sets the attempt's
-// abandon marker for that long. An error that means "not now" (see
-// notNow) is tried again, after a pause that grows, while ctx lasts: the
-// release script does the same whether it runs once or again. Callers
-// run it through Locker.cleanUp.
-func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64) error {
+// leaves the queue if queued (place is how long its place there may
+// still be handed the lock, 0 when not queued), releases (handing on) a
+// lock granted to the attempt meanwhile, and, with markerMS above zero,
+// sets the attempt's abandon marker for that long. An error that means
+// "not now" (see notNow) is tried again, after a pause that grows, while
+// ctx lasts, and at the latest right after place has passed: a release
+// may hand the place the lock until then, and a try after it passes that
+// lock on. The release script does the same whether it runs once or
+// again. Callers run it through Locker.cleanUp.
+func (k *Lock) giveUp(ctx context.Context, ms int64, place time.Duration, markerMS int64) error {
 	entry, marker := "", any("")
-	if queued {
+	if place > 0 {
 		entry = k.owner.(string) + strconv.FormatInt(ms, 10)
 	}
 	if markerMS > 0 {
 		marker = markerMS
 	}
+	// The attempts that renewed the place were sent before giveUp
+	// began: a place they renewed lapses in Redis before lapse (a copy
+	// of a lost one arriving later is refused by the marker, once set).
+	lapse := time.Now().Add(place)
 	pause := minReconnectPause
 	for {
 		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
@@ -422,7 +429,11 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, queued bool, markerMS int64
 		if err == nil || !notNow(err) || ctxEnded(ctx) != nil {
 			return err
 		}
-		t := time.NewTimer(pause)
+		wait := pause
+		if left := time.Until(lapse); left > 0 {
+			wait = min(wait, left+minReconnectPause)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -367,18 +367,18 @@ func answerLost(err error) bool { return !isServerError(err) && !unsent(err) }
 // returns err with how that went, telling of a grant a lost reply may
 // have carried only when unanswered says the last attempt got no answer.
 //
-// It tries while its place may still be handed the lock, at least
-// cleanupTimeout, so that an error reply that means "not now" (TRYAGAIN
-// during a Cluster reshard) leaves no entry that a release could hand the
-// lock to.
+// It tries while its place may still be handed the lock, and once more
+// after it lapsed, within cleanupTimeout, so that an error reply that
+// means "not now" (TRYAGAIN during a Cluster reshard) leaves no entry
+// that a release could hand the lock to, nor a lock handed to it.
 func (l *Locker) abandon(ctx context.Context, lock *Lock, ms int64, place time.Duration, lost, unanswered bool, err error) error {
 	var markerMS int64
 	if lost {
 		// At most the longest time.Duration: ms came from one.
 		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
 	}
-	cerr := l.cleanUp(ctx, lock.resource, "give up acquire", max(cleanupTimeout, place), func(ctx context.Context) error {
-		return lock.giveUp(ctx, ms, place > 0, markerMS)
+	cerr := l.cleanUp(ctx, lock.resource, "give up acquire", place+cleanupTimeout, func(ctx context.Context) error {
+		return lock.giveUp(ctx, ms, place, markerMS)
 	})
 	switch {
 	case unanswered:
