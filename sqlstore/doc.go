@@ -147,10 +147,34 @@
 //		CHECK (value_token > 0 AND value_token <= fence)
 //	) ENGINE = InnoDB
 //
-// New checks a table made otherwise: it must have these columns and a
-// primary key or unique constraint on resource alone; in MySQL, the
-// InnoDB engine, resource VARBINARY(1024) or longer and held whole by the
-// unique key, fence and value_token BIGINT, and value LONGBLOB.
+// New checks a table made otherwise, and refuses one it cannot trust
+// with an error that names the column and the type the Store needs: on a
+// table whose token columns held text, tokens would compare as text,
+// "10" below "9", and the Store would accept stale writes and lose
+// acknowledged ones. The table must have these columns, fence NOT NULL,
+// and a primary key or unique constraint on resource alone; and
+//
+//   - in PostgreSQL, fence and value_token bigint, value bytea, and
+//     resource text, or varchar of at least 1024 characters, with a
+//     deterministic collation (as the default is), in the column and in
+//     its unique indexes. Domains are refused, as any other type;
+//   - in SQLite, by the affinity of the declared types: INTEGER for
+//     fence and value_token (a type holding INT, such as BIGINT or
+//     INTEGER), TEXT for resource (TEXT, VARCHAR), BLOB for value (BLOB);
+//     resource compared with the BINARY collation, the default, in the
+//     column and in its unique indexes (NOCASE and RTRIM take distinct
+//     names for one). A column of no declared type, BLOB affinity, keeps
+//     what it is given as it is, and ANY in a STRICT table as well: both
+//     are refused as token columns. STRICT tables of INTEGER, TEXT and
+//     BLOB columns fit;
+//   - in MySQL, the InnoDB engine, resource VARBINARY(1024) or longer and
+//     held whole by the unique key, fence and value_token BIGINT (signed
+//     or not), and value LONGBLOB.
+//
+// The CHECK constraints are not required: the Store never writes a row
+// they would refuse, and they guard the table only against other
+// writers. A table in another schema (schema.table, see [WithTable]) is
+// checked there.
 //
 // fence is the highest token that any accepted Put or Fence or committed
 // Tx has used on the resource (CurrentFence reads it); value and

@@ -222,7 +222,7 @@ func (s *Store) upsertMySQLOnce(ctx context.Context, op, resource, stmt string, 
 //     names are compared byte for byte and none is cut short (see
 //     maxResourceBytes); fence and value_token are BIGINT, and value is
 //     LONGBLOB, so that no token or value is cut to fit the column (as
-//     MySQL does without strict SQL mode);
+//     MySQL does without strict SQL mode); fence is NOT NULL;
 //   - a primary key or unique index has resource as its only column,
 //     whole (an index on a prefix of it would make names that share the
 //     prefix one row).
@@ -249,15 +249,16 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: table %s is not an InnoDB table (its engine: %q): Put and Tx need InnoDB's transactions and row locks", s.table, engine.String)
 	}
 
-	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0) FROM information_schema.COLUMNS`+where, db, name)
+	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), IS_NULLABLE FROM information_schema.COLUMNS`+where, db, name)
 	if err != nil {
 		return trouble(err)
 	}
 	types := make(map[string]string)
+	nullable := make(map[string]bool)
 	for rows.Next() {
-		var column, dataType string
+		var column, dataType, null string
 		var length int64
-		if err := rows.Scan(&column, &dataType, &length); err != nil {
+		if err := rows.Scan(&column, &dataType, &length, &null); err != nil {
 			rows.Close()
 			return trouble(err)
 		}
@@ -266,6 +267,7 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 			dataType = fmt.Sprintf("varbinary(%d)", length)
 		}
 		types[column] = dataType
+		nullable[column] = strings.EqualFold(null, "YES")
 	}
 	if err := rows.Err(); err != nil {
 		return trouble(err)
@@ -277,8 +279,11 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		{"value", "longblob", "LONGBLOB: no value is cut to fit"},
 	} {
 		if got := types[c.column]; got != c.want {
-			return fmt.Errorf("sqlstore: table %s: column %s is %s; the Store needs %s", s.table, c.column, strings.ToUpper(got), c.why)
+			return s.unfit(c.column, strings.ToUpper(got), c.why)
 		}
+	}
+	if nullable["fence"] {
+		return s.nullable("fence")
 	}
 
 	rows, err = s.db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS`+where+` AND NON_UNIQUE = 0`, db, name)

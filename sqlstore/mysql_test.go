@@ -261,6 +261,7 @@ func TestMySQLNewChecksTable(t *testing.T) {
 		{"int fence", strings.Join([]string{resource + " PRIMARY KEY", "fence INT NOT NULL", value, token}, ", "), "", "column fence is INT; the Store needs BIGINT"},
 		{"int value_token", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token INT"}, ", "), "", "column value_token is INT"},
 		{"blob value", strings.Join([]string{resource + " PRIMARY KEY", fence, "value BLOB", token}, ", "), "", "column value is BLOB; the Store needs LONGBLOB"},
+		{"nullable fence", strings.Join([]string{resource + " PRIMARY KEY", "fence BIGINT", value, token}, ", "), "", "column fence may be NULL; the Store needs it NOT NULL"},
 		{"prefix key", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource(16))"}, ", "), "", "no primary key or unique constraint on resource alone (whole, not a prefix)"},
 		{"key of two columns", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource, fence)"}, ", "), "", "no primary key or unique constraint on resource alone"},
 		{"no key", strings.Join([]string{resource, fence, value, token, "KEY (resource)"}, ", "), "", "no primary key or unique constraint on resource alone"},

@@ -99,10 +99,12 @@ var _ fencedlock.Store = (*Store)(nil)
 //     are not held up. This works under every isolation level, the
 //     default REPEATABLE READ included: see mysql.go.
 //
-// New checks the table by having the database plan the Put statement
-// with EXPLAIN, which does not run it (see fits); in MySQL, where that
-// plan would not tell, it reads the table's engine, column types and
-// unique indexes in information_schema (see fitsMySQL).
+// New checks the table's column types, collations and NOT NULL in the
+// catalog, and has the database plan the Put statement with EXPLAIN,
+// which does not run it, to find the unique index on resource (see
+// fits); in MySQL, where that plan would not tell, it reads the table's
+// engine, column types and unique indexes in information_schema (see
+// fitsMySQL).
 
 // Option configures a Store in New and NewContext. A nil Option is
 // ignored.
@@ -147,9 +149,9 @@ func WithTable(name string) Option {
 // WithCreateTable sets whether New creates the table when it is missing.
 // The default is true. Pass false when the table is made by migrations
 // or the database user may not create tables; New then only checks that
-// the table exists with the columns the Store needs and a primary key or
-// unique constraint on resource alone (in MySQL, also its engine and its
-// column types: see the package documentation).
+// the table exists with the columns the Store needs, of types it can
+// trust, and a primary key or unique constraint on resource alone (in
+// MySQL, also its engine: see the package documentation).
 func WithCreateTable(create bool) Option {
 	return func(c *config) error {
 		c.create = create
@@ -165,10 +167,15 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // NewContext returns a Store on db, in dialect d, configured by opts. It
 // creates the table (CREATE TABLE IF NOT EXISTS, unless
 // WithCreateTable(false)) and checks that the table fits: that it has the
-// Store's columns, and a primary key or unique constraint on resource that
-// the Store's INSERT ... ON CONFLICT (resource) can use (in MySQL, also
-// the table's engine and column types). A table that existed before is
-// checked the same way. ctx bounds that work; the Store does not keep it.
+// Store's columns, of types that compare tokens as numbers and names
+// byte for byte, fence NOT NULL, and a primary key or unique constraint
+// on resource that the Store's INSERT ... ON CONFLICT (resource) can use
+// (in MySQL, also the table's engine); the package documentation lists
+// what each dialect needs. A table that existed before is checked the
+// same way, and a table that does not fit is refused with an error that
+// names the column and the type the Store needs: on a table whose tokens
+// were text, "10" would compare below "9", and a stale write would be
+// accepted. ctx bounds that work; the Store does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
 // other than SQLite, Postgres and MySQL, or an invalid option (a table in a
@@ -221,41 +228,6 @@ func (s *Store) prepare(ctx context.Context, create bool) error {
 		}
 	}
 	return s.fits(ctx)
-}
-
-// fits checks that the Store's table has its columns, and a unique index
-// on resource for the ON CONFLICT (resource) of Put and Tx: it selects
-// the columns, then has the database plan the put statement with
-// EXPLAIN, which fails when no unique index matches (SQLite: "ON CONFLICT
-// clause does not match any PRIMARY KEY or UNIQUE constraint"; PostgreSQL:
-// "there is no unique or exclusion constraint matching the ON CONFLICT
-// specification") and writes nothing. In MySQL, fitsMySQL checks what
-// EXPLAIN would not.
-func (s *Store) fits(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, s.q.probe)
-	if err == nil {
-		err = rows.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil || connectionTrouble(err) {
-			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
-		}
-		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
-	}
-	if s.dialect == MySQL {
-		return s.fitsMySQL(ctx)
-	}
-	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, s.q.putArgs("", 1, []byte{})...)
-	if err == nil {
-		err = rows.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil || connectionTrouble(err) {
-			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
-		}
-		return fmt.Errorf("sqlstore: table %s: planning the Put statement, whose ON CONFLICT (resource) needs a primary key or unique constraint on resource: %w", s.table, err)
-	}
-	return nil
 }
 
 // Table returns the name of the Store's table, as WithTable was given it
