@@ -94,7 +94,8 @@
 //     raised the fence. The fence check holds all the same. Retry later.
 //   - [fencedlock.ErrInvalidToken]: a zero token, or one above [MaxToken].
 //   - [fencedlock.ErrInvalidArgument]: a bad resource name (empty, longer
-//     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a nil
+//     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a
+//     value longer than the database takes ([Store.MaxValueLen]), a nil
 //     fn, or a bad database, dialect or option in New. Nothing was sent.
 //   - [fencedlock.ErrNotFound]: Get on a resource without a value (one
 //     that only Fence or Tx has used, too), CurrentFence on one without a
@@ -137,7 +138,8 @@
 //	)
 //
 // and in MySQL, where names must compare byte for byte and values may be
-// as large as the server takes (max_allowed_packet):
+// as large as the server takes (max_allowed_packet, see
+// [Store.MaxValueLen]):
 //
 //	CREATE TABLE IF NOT EXISTS fencedlock_fences (
 //		resource    VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -208,13 +210,15 @@
 //
 //	INSERT INTO fencedlock_fences (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
 //	ON DUPLICATE KEY UPDATE
-//		value = IF(fence <= ?, ?, value),
-//		value_token = IF(fence <= ?, ?, value_token),
-//		fence = GREATEST(fence, ?)
+//		value = IF(fence <= VALUES(fence), VALUES(value), value),
+//		value_token = IF(fence <= VALUES(fence), VALUES(value_token), value_token),
+//		fence = GREATEST(fence, VALUES(fence))
 //	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
 //
 // (MySQL runs the assignments of an UPDATE in order, each seeing those
-// before it: the fence is assigned last.)
+// before it: the fence is assigned last. VALUES(column) is the value the
+// INSERT would have written, so that the statement carries the value
+// once; MySQL 8.0.20 and later deprecate it, with a warning.)
 //
 // Fence is the same statement without value and value_token, which
 // raises the fence and returns it (a fence above the token means the

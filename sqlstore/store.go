@@ -31,6 +31,23 @@ const MaxToken fencedlock.Token = math.MaxInt64
 // resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
+// The longest values Put takes (see Store.MaxValueLen): what each
+// database can receive in Put's statement, less valueRoom for the rest
+// of the statement and the row (the resource name, the tokens, the
+// statement's text and headers).
+const (
+	valueRoom = 4 << 10
+
+	// sqliteMaxValue: SQLite refuses a string, blob or row longer than
+	// SQLITE_MAX_LENGTH, 10^9 bytes unless the build raised it.
+	sqliteMaxValue = 1_000_000_000 - valueRoom
+
+	// postgresMaxValue: PostgreSQL takes a field (a bytea) and a protocol
+	// message of at most 1 GiB - 1 bytes, and lib/pq sends a []byte
+	// in hex, twice its length.
+	postgresMaxValue = (1<<30 - 1 - valueRoom) / 2
+)
+
 // Store is a [fencedlock.Store] in a SQL database, whose Tx also fences the
 // caller's own SQL writes. Every resource has one row in the Store's table:
 // see the package documentation for the schema and the locking.
@@ -42,10 +59,11 @@ const MaxResourceLen = fencedlock.MaxResourceLen
 // A Store is safe for concurrent use by multiple goroutines, and by
 // multiple processes that share the database.
 type Store struct {
-	db      *sql.DB
-	dialect Dialect
-	table   string
-	q       queries
+	db       *sql.DB
+	dialect  Dialect
+	table    string
+	q        queries
+	maxValue int // the longest value Put takes, set by New
 }
 
 var _ fencedlock.Store = (*Store)(nil)
@@ -175,7 +193,8 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // same way, and a table that does not fit is refused with an error that
 // names the column and the type the Store needs: on a table whose tokens
 // were text, "10" would compare below "9", and a stale write would be
-// accepted. ctx bounds that work; the Store does not keep it.
+// accepted. In MySQL, NewContext also reads max_allowed_packet (see
+// Store.MaxValueLen). ctx bounds that work; the Store does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
 // other than SQLite, Postgres and MySQL, or an invalid option (a table in a
@@ -222,12 +241,33 @@ func (s *Store) prepare(ctx context.Context, create bool) error {
 			// Two processes creating the table at once can make one
 			// CREATE fail in PostgreSQL; the table is there all the same.
 			if s.fits(ctx) == nil {
-				return nil
+				return s.setMaxValue(ctx)
 			}
 			return dbErr(ctx, "new", "", "creating table "+s.table+": ", err)
 		}
 	}
-	return s.fits(ctx)
+	if err := s.fits(ctx); err != nil {
+		return err
+	}
+	return s.setMaxValue(ctx)
+}
+
+// setMaxValue sets the longest value Put takes: a constant of the
+// dialect, or, in MySQL, max_allowed_packet, read from the database.
+func (s *Store) setMaxValue(ctx context.Context) error {
+	switch s.dialect {
+	case SQLite:
+		s.maxValue = sqliteMaxValue
+	case Postgres:
+		s.maxValue = postgresMaxValue
+	case MySQL:
+		packet, err := s.maxAllowedPacket(ctx)
+		if err != nil {
+			return err
+		}
+		s.maxValue = int(max(packet-valueRoom, 0))
+	}
+	return nil
 }
 
 // Table returns the name of the Store's table, as WithTable was given it
@@ -237,6 +277,48 @@ func (s *Store) Table() string {
 		return ""
 	}
 	return s.table
+}
+
+// MaxValueLen returns the length of the longest value Put takes, in
+// bytes; Put refuses a longer one before it sends anything, with an
+// error wrapping [fencedlock.ErrInvalidArgument]. It is what the database
+// can receive in Put's statement, less 4 KiB for the rest of the
+// statement and of the row:
+//
+//   - SQLite: 999,995,904, from SQLite's default limit on the length of a
+//     blob or a row, SQLITE_MAX_LENGTH, 10^9 bytes. (A build or a
+//     connection with a lower limit refuses longer values with SQLite's
+//     error, "string or blob too big".)
+//   - PostgreSQL: 536,868,863, (1 GiB - 1 - 4 KiB) / 2: PostgreSQL takes
+//     a bytea, and a message of its protocol, of at most 1 GiB - 1 bytes,
+//     and lib/pq sends a []byte in hex, twice its length.
+//   - MySQL: the server's max_allowed_packet, as New read it (SELECT
+//     @@max_allowed_packet; 16 MiB by default in MariaDB and 64 MiB in
+//     MySQL), less 4 KiB. A value longer than max_allowed_packet does not
+//     fit in a statement, and the server closes a connection that sends
+//     one. New reads it once: restart the program, or make a new Store,
+//     after lowering it. With go-sql-driver/mysql and
+//     interpolateParams=true, the driver writes the value into the
+//     statement's text, escaping some bytes (NUL, quotes, backslash,
+//     newline, carriage return, Ctrl-Z) with a backslash, which can
+//     double its length: add maxAllowedPacket=0 to the DSN, so that the
+//     driver reads max_allowed_packet too, and sends a statement that
+//     would be longer as a prepared one.
+//
+// It returns 0 for a Store not made by New.
+func (s *Store) MaxValueLen() int {
+	if s == nil {
+		return 0
+	}
+	return s.maxValue
+}
+
+// checkValue returns the error for a value longer than the Store takes.
+func (s *Store) checkValue(resource string, value []byte) error {
+	if len(value) > s.maxValue {
+		return fmt.Errorf("%w: sqlstore: a value of %d bytes for resource %s: the longest the Store takes is %d bytes (see Store.MaxValueLen)", fencedlock.ErrInvalidArgument, len(value), names.Quote(resource), s.maxValue)
+	}
+	return nil
 }
 
 // Dialect returns the Store's dialect; the zero Dialect for a Store not
@@ -301,9 +383,10 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 //
 // A zero token or one above MaxToken returns an error wrapping
 // [fencedlock.ErrInvalidToken]; an empty resource, one longer than
-// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
-// wrapping [fencedlock.ErrInvalidArgument]. A ctx that has ended before the
-// call returns ctx.Err() as it is. Nothing is sent in these cases.
+// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, or a value
+// longer than MaxValueLen bytes, an error wrapping
+// [fencedlock.ErrInvalidArgument]. A ctx that has ended before the call
+// returns ctx.Err() as it is. Nothing is sent in these cases.
 //
 // A database that cannot be reached or whose connection breaks, a driver
 // error whose SQLSTATE says so (class 08, 57P01-57P03, 53300), a MySQL
@@ -325,6 +408,9 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 		return err
 	}
 	if err := checkToken(resource, token); err != nil {
+		return err
+	}
+	if err := s.checkValue(resource, value); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
