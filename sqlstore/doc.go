@@ -88,10 +88,21 @@
 //     was not raised. Acquire again, read again, redo.
 //   - [fencedlock.ErrUnavailable]: the database could not be reached, the
 //     connection broke, or ctx ended while the database worked. A Put may
-//     or may not have happened, or may still happen; a Tx commits nothing
-//     once its ctx has ended, and only a commit cut off by a broken
-//     connection leaves its outcome unknown; a Fence may or may not have
-//     raised the fence. The fence check holds all the same. Retry later.
+//     or may not have happened, or may still happen; a Fence may or may
+//     not have raised the fence; a Tx committed nothing. The fence check
+//     holds all the same. Retry later.
+//   - [ErrCommitUnknown]: a Tx sent its COMMIT, and the connection broke
+//     or ctx ended before the answer came. The transaction may have been
+//     committed, whole, or not at all. Read what fn writes to learn which
+//     before doing the work again.
+//   - The cause with which ctx ended, when it ended with one
+//     ([context.Cause] is not just ctx.Err(); Locker.Do cancels its
+//     function's context with one matching [fencedlock.ErrLockLost]): the
+//     error of a call it stopped, or that began after it, wraps the cause
+//     and ctx.Err(), and not ErrUnavailable: the caller stopped the call,
+//     the database did not fail. What was done is as after
+//     ErrUnavailable (or ErrCommitUnknown, from a Tx whose COMMIT was on
+//     its way). Act on the cause.
 //   - [fencedlock.ErrInvalidToken]: a zero token, or one above [MaxToken].
 //   - [fencedlock.ErrInvalidArgument]: a bad resource name (empty, longer
 //     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a

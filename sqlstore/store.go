@@ -31,6 +31,16 @@ const MaxToken fencedlock.Token = math.MaxInt64
 // resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
+// ErrCommitUnknown is matched by the error of a Tx whose COMMIT was sent
+// but got no answer, because the connection broke or ctx ended while it
+// was on its way: the transaction may have been committed, fn's writes
+// and the fence alike, or not. The error wraps the cause too (the
+// driver's error, ctx.Err(), and the cause with which ctx ended, if
+// any), and does not match [fencedlock.ErrUnavailable], which says to
+// try again: doing so could do fn's work twice. Read what fn would have
+// written to learn the outcome before doing the work again.
+var ErrCommitUnknown = errors.New("sqlstore: the commit's outcome is unknown")
+
 // The longest values Put takes (see Store.MaxValueLen): what each
 // database can receive in Put's statement, less valueRoom for the rest
 // of the statement and the row (the resource name, the tokens, the
@@ -203,10 +213,10 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // failure to create or check the table returns the database's error,
 // wrapped; the table may then exist or not. A database that cannot be
 // reached, or does not answer before ctx ends, gives an error wrapping
-// [fencedlock.ErrUnavailable] and the cause (see Store.Put); NewContext
-// returns by ctx's deadline whatever the driver does, and the work it
-// leaves in the background ends when the database answers or the
-// connection closes.
+// [fencedlock.ErrUnavailable] and the cause (see Store.Put), or, when ctx
+// ended with a cause, the cause and ctx.Err(); NewContext returns by ctx's
+// deadline whatever the driver does, and the work it leaves in the
+// background ends when the database answers or the connection closes.
 func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
@@ -386,17 +396,25 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 // MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, or a value
 // longer than MaxValueLen bytes, an error wrapping
 // [fencedlock.ErrInvalidArgument]. A ctx that has ended before the call
-// returns ctx.Err() as it is. Nothing is sent in these cases.
+// returns ctx.Err() as it is, or, when ctx ended with a cause (see
+// below), an error wrapping the cause and ctx.Err(). Nothing is sent in
+// these cases.
 //
 // A database that cannot be reached or whose connection breaks, a driver
 // error whose SQLSTATE says so (class 08, 57P01-57P03, 53300), a MySQL
 // error that says so (e.g. 1040 too many connections; the package
 // documentation lists them), and a ctx that ends while the database
 // works, give an error wrapping [fencedlock.ErrUnavailable] together with
-// the cause (the net error, the driver's error, ctx.Err()). Other
-// database errors are wrapped as they are. After such an error, or any
-// database error, the write may or may not have happened, or may still
-// happen: see [fencedlock.Store]. The fence check holds all the same.
+// the cause (the net error, the driver's error, ctx.Err()). When ctx
+// ended with a cause ([context.Cause] is not just ctx.Err(): a
+// CancelCauseFunc's argument, as when Locker.Do cancels its function's
+// context on losing the lock, or WithDeadlineCause's cause), the error of
+// a call it stopped wraps the cause and ctx.Err() (and the driver's
+// error, if any) instead of ErrUnavailable: the caller stopped it, the
+// database did not fail. Other database errors are wrapped as they are.
+// After such an error, or any database error, the write may or may not
+// have happened, or may still happen: see [fencedlock.Store]. The fence
+// check holds all the same.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
 // first, it returns at once and leaves the statement to the driver, which
@@ -413,8 +431,8 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	if err := s.checkValue(resource, value); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return notSent(ctx, "put", resource)
 	}
 	// The statement may outlive the call (see bounded): it gets a copy
 	// of value, which the caller may change once Put has returned.
@@ -455,8 +473,9 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 // when a Fence or a Tx with a higher token came since (see CurrentFence).
 // A resource whose row has a fence but no value yet (only Fence or Tx
 // used it) returns an error wrapping [fencedlock.ErrNotFound], like one
-// without a row. Invalid names and database errors are those of Put,
-// ErrUnavailable included, and Get too returns by ctx's deadline.
+// without a row. Invalid names, database errors and the errors of an
+// ended ctx are those of Put, ErrUnavailable included, and Get too
+// returns by ctx's deadline.
 //
 // Get reads without fencing: a holder that reads a value to write it
 // back calls Fence first, or [fencedlock.Update], which does both (see
@@ -465,24 +484,25 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+	if ctx.Err() != nil {
+		return nil, 0, notSent(ctx, "get", resource)
 	}
 	var (
 		value []byte
 		token sql.NullInt64
 	)
 	err := bounded(ctx, "get", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+		err := s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return dbErr(ctx, "get", resource, "", err)
+		}
+		return err
 	})
-	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return nil, 0, err
-	}
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !token.Valid {
 		return nil, 0, fmt.Errorf("%w: %s", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return nil, 0, dbErr(ctx, "get", resource, "", err)
+		return nil, 0, err
 	}
 	t, err := fenceToken(token.Int64, "value token", resource)
 	if err != nil {
@@ -506,21 +526,22 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 	if err := s.check(resource); err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	if ctx.Err() != nil {
+		return 0, notSent(ctx, "current fence", resource)
 	}
 	var fence int64
 	err := bounded(ctx, "current fence", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+		err := s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return dbErr(ctx, "current fence", resource, "", err)
+		}
+		return err
 	})
-	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return 0, err
-	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return 0, dbErr(ctx, "current fence", resource, "", err)
+		return 0, err
 	}
 	return fenceToken(fence, "fence", resource)
 }
@@ -543,7 +564,8 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 // Its checks, its errors and its deadline are those of Put. A zero token
 // or one above MaxToken ([fencedlock.ErrInvalidToken]), an invalid
 // resource ([fencedlock.ErrInvalidArgument]) and a ctx that has ended
-// before the call (ctx.Err() as it is) send nothing. After an error
+// before the call (ctx.Err() as it is, or the cause with which it ended)
+// send nothing. After an error
 // wrapping [fencedlock.ErrUnavailable], the fence may or may not have
 // been raised, or may still be; the fence check holds all the same. In
 // MySQL, a Fence that InnoDB ends as a deadlock victim is made again, as
@@ -555,8 +577,8 @@ func (s *Store) Fence(ctx context.Context, resource string, token fencedlock.Tok
 	if err := checkToken(resource, token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return notSent(ctx, "fence", resource)
 	}
 	var fence int64
 	err := bounded(ctx, "fence", resource, func() error {
@@ -599,27 +621,38 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 // resource (see Put) or a nil fn returns an error wrapping
 // [fencedlock.ErrInvalidToken] or [fencedlock.ErrInvalidArgument] without
 // touching the database. A ctx that has ended before the call returns
-// ctx.Err() as it is, without calling fn.
+// ctx.Err() as it is (or, ended with a cause, an error wrapping the cause
+// and ctx.Err(): see Put), without calling fn.
 //
 // When fn returns an error, Tx rolls back, fn's writes and the fence's
 // raise alike, and returns fn's error as it is. When fn panics, Tx rolls
 // back and the panic goes on. The database errors of Tx's own statements
-// (begin, raise, commit) are those of Put: a database that cannot be
-// reached, a broken connection and a ctx that ends before the commit give
-// errors wrapping [fencedlock.ErrUnavailable] and the cause. A failed commit
-// returns the database's error, wrapped; whether the transaction was
-// committed is then unknown only when the connection broke during the
-// commit, or ctx ended while it ran. fn is called at most once: in MySQL,
-// a deadlock at the raise is retried before fn is called.
+// (begin, raise) are those of Put: a database that cannot be reached, a
+// broken connection and a ctx that ends before the commit give errors
+// wrapping [fencedlock.ErrUnavailable] and the cause (or, when ctx ended
+// with a cause, the cause and ctx.Err()); nothing was committed. fn is
+// called at most once: in MySQL, a deadlock at the raise is retried
+// before fn is called.
+//
+// The commit's outcome is known, and reported, unless the COMMIT was sent
+// and no answer came: nil when it committed; the database's error,
+// wrapped, when the database refused it (a deferred constraint, say),
+// which commits nothing. When the connection broke during the COMMIT, or
+// ctx ended while it was on its way, the transaction may have been
+// committed, whole, or not at all: the error wraps [ErrCommitUnknown] and
+// the cause (the driver's error, ctx.Err(), the cause with which ctx
+// ended), and not ErrUnavailable. Read what fn writes to learn the
+// outcome before doing its work again.
 //
 // Tx returns by ctx's deadline whatever the driver or fn does. When ctx
-// ends first, Tx returns at once with an error wrapping
-// [fencedlock.ErrUnavailable] and ctx.Err(); fn may still be running, in a
-// goroutine of its own, but its transaction is doomed: database/sql rolls
-// back a transaction whose ctx has ended and refuses its commit, so
-// nothing fn wrote is committed. A panic of fn after Tx has returned goes
-// on in that goroutine and ends the program, as any unrecovered panic
-// does.
+// ends first, Tx returns at once. Before the COMMIT is sent, it returns an
+// error wrapping [fencedlock.ErrUnavailable] and ctx.Err() (or the cause
+// and ctx.Err()); fn may still be running, in a goroutine of its own, but
+// its transaction is doomed: Tx sends no COMMIT once it has returned, and
+// database/sql rolls back a transaction whose ctx has ended, so nothing
+// fn wrote is committed. While the COMMIT is on its way, it returns the
+// error of [ErrCommitUnknown]. A panic of fn after Tx has returned goes on
+// in that goroutine and ends the program, as any unrecovered panic does.
 //
 // fn must do its work through tx, with ctx, and must not commit or roll
 // back tx. It must not call Put, Fence or Tx, nor write through the
@@ -641,15 +674,15 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	if fn == nil {
 		return fmt.Errorf("%w: sqlstore: Tx with a nil fn", fencedlock.ErrInvalidArgument)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return notSent(ctx, "tx", resource)
 	}
-	return boundedGated(ctx, "tx", resource, func(begin func() bool) error { return s.tx(ctx, resource, token, fn, begin) })
+	return boundedStages(ctx, "tx", resource, func(enter func(stage) bool) error { return s.tx(ctx, resource, token, fn, enter) })
 }
 
 // tx is Tx after its checks: the transaction, from taking a connection to
 // the commit.
-func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) error {
+func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, enter func(stage) bool) error {
 	// A connection of its own, so that Tx can end the transaction on it
 	// when a commit or rollback fails, or discard it: some drivers leave
 	// the transaction open then (modernc.org/sqlite after a failed
@@ -674,7 +707,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		conn.Close()
 	}()
 	for attempt := 1; ; attempt++ {
-		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn, begin)
+		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn, enter)
 		switch {
 		case !raiseFailed:
 			return err // fn's error among others, as it is
@@ -688,7 +721,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 // when conn is to be closed instead of going back to the pool.
 // raiseFailed reports that the statements raising the fence failed, so
 // that fn has not run, and err is their error, wrapped.
-func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) (raiseFailed bool, err error) {
+func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, enter func(stage) bool) (raiseFailed bool, err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return false, dbErr(ctx, "tx", resource, "begin: ", err)
@@ -716,21 +749,46 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 	}
 	// The fence may have come free just as ctx ended, and Tx may have
 	// given up and returned: fn must not start unbeknown to the caller.
-	// begin reports whether Tx still waits for this outcome.
-	if ctx.Err() != nil || !begin() {
+	// enter reports whether Tx still waits for this outcome.
+	if ctx.Err() != nil || !enter(inFn) {
 		return false, ended(ctx, "tx", resource)
 	}
 	if err := fn(tx); err != nil {
 		return false, err
+	}
+	// Nor the commit: a Tx that gave up while fn ran has told its caller
+	// that nothing was committed. One that gives up from here on says
+	// that the commit's outcome is unknown.
+	if ctx.Err() != nil || !enter(committing) {
+		return false, ended(ctx, "tx", resource)
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
 		if !rolledBack(ctx, err) {
 			*discard = !s.rollback(conn)
 		}
-		return false, dbErr(ctx, "tx", resource, "commit: ", err)
+		return false, commitErr(ctx, resource, err)
 	}
 	return false, nil
+}
+
+// commitErr is the error of Tx's commit on resource that failed with
+// err. database/sql returns sql.ErrTxDone when it rolled the transaction
+// back itself, ctx having ended, before it sent the COMMIT; a database
+// that answered with an error (SQLite's SQLITE_BUSY, a deferred
+// constraint of PostgreSQL) committed nothing. Otherwise, after a broken
+// connection or with ctx ended, the COMMIT may have been sent and
+// carried out: the error of commitUnknown. (database/sql also returns
+// ctx.Err() without sending when ctx ended just before the commit, which
+// a driver may return after sending too: that counts as unknown.)
+func commitErr(ctx context.Context, resource string, err error) error {
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return dbErr(ctx, "tx", resource, "commit: ", err)
+	case ctx.Err() != nil || connectionTrouble(err):
+		return commitUnknown(ctx, "tx", resource, err)
+	}
+	return dbErr(ctx, "tx", resource, "commit: ", err)
 }
 
 // raise runs the statements of Tx that raise resource's fence to token
