@@ -302,8 +302,8 @@ func boundedStages(ctx context.Context, op, resource string, work func(enter fun
 	}
 	var (
 		mu       sync.Mutex
-		gaveUp   bool  // guarded by mu: the caller returned without work's outcome
-		reached  stage // guarded by mu: the last stage work entered
+		gaveUp   bool           // guarded by mu: the caller returned without work's outcome
+		reached  = beforeCommit // guarded by mu: the last stage work entered
 		finished = make(chan struct{})
 		out      outcome // guarded by mu: work's outcome, set before finished is closed
 	)
