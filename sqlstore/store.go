@@ -642,7 +642,8 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 // and no answer came: nil when it committed; the database's error,
 // wrapped, when the database refused it (a deferred constraint, say),
 // which commits nothing. When the connection broke during the COMMIT, or
-// ctx ended while it was on its way, the transaction may have been
+// ctx ended while it was on its way (or as it was sent: Tx cannot tell
+// the two apart), the transaction may have been
 // committed, whole, or not at all: the error wraps [ErrCommitUnknown] and
 // the cause (the driver's error, ctx.Err(), the cause with which ctx
 // ended), and not ErrUnavailable. Read what fn writes to learn the
@@ -654,8 +655,8 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 // and ctx.Err()); fn may still be running, in a goroutine of its own, but
 // its transaction is doomed: Tx sends no COMMIT once it has returned, and
 // database/sql rolls back a transaction whose ctx has ended, so nothing
-// fn wrote is committed. While the COMMIT is on its way, it returns the
-// error of [ErrCommitUnknown]. A panic of fn after Tx has returned goes on
+// fn wrote is committed. While the COMMIT is on its way, it returns an
+// error wrapping [ErrCommitUnknown]. A panic of fn after Tx has returned goes on
 // in that goroutine and ends the program, as any unrecovered panic does.
 //
 // fn must do its work through tx, with ctx, and must not commit or roll
