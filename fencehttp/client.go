@@ -33,7 +33,9 @@ const (
 // this package with its status, Err is the sentinel error the server's
 // error matched ([fencedlock.ErrInvalidToken] or [fencedlock.ErrNotFound])
 // and errors.Is finds it through Unwrap; for a 502, 503 or 504 status, or
-// a body that failed to read, Err wraps [fencedlock.ErrUnavailable]; a 409 StaleTokenType problem
+// a body that failed to read, Err wraps [fencedlock.ErrUnavailable] (but
+// for a body whose read the request's context, ended with a cause, cut
+// short: see CheckResponse); a 409 StaleTokenType problem
 // whose tokens are unusable, or whose "token" is not the token the
 // request sent, gives an Err that wraps [fencedlock.ErrStaleToken] and says
 // why.
@@ -123,7 +125,11 @@ func quote(s string) string {
 //     an error matching [fencedlock.ErrUnavailable]) and 504 Gateway
 //     Timeout, whatever the body: a *StatusError matching
 //     [fencedlock.ErrUnavailable]. So does any response whose body fails
-//     to read (the answer was lost).
+//     to read (the answer was lost), unless resp.Request's context
+//     ended with a cause ([context.Cause] is not just its Err): then,
+//     whatever the status, Err wraps the cause, the context's Err and
+//     the read's error, and matches no sentinel but those the cause
+//     matches (the caller stopped the read, the server did not fail).
 //   - Anything else, including a 409 whose body is not a problem of
 //     StaleTokenType, a Content-Type other than application/problem+json
 //     (parameters allowed), a body that is not a JSON object or is larger
@@ -147,8 +153,8 @@ func quote(s string) string {
 // returns an error wrapping [fencedlock.ErrInvalidArgument]; a nil
 // resp.Body reads as empty and is left nil.
 func CheckResponse(resp *http.Response) error {
-	err := checkResponse(resp)
-	if e, ok := err.(*StatusError); ok && unavailableStatus(e.StatusCode) && !errors.Is(e.Err, fencedlock.ErrUnavailable) {
+	stopped, err := checkResponse(resp)
+	if e, ok := err.(*StatusError); ok && !stopped && unavailableStatus(e.StatusCode) && !errors.Is(e.Err, fencedlock.ErrUnavailable) {
 		if e.Err == nil {
 			e.Err = fencedlock.ErrUnavailable
 		} else {
@@ -165,13 +171,15 @@ func unavailableStatus(status int) bool {
 }
 
 // checkResponse is CheckResponse but for the statuses that say the
-// backend is unavailable.
-func checkResponse(resp *http.Response) error {
+// backend is unavailable. stopped reports that reading the body failed
+// when the request's context had ended with a cause: the error then
+// does not match ErrUnavailable, whatever the status.
+func checkResponse(resp *http.Response) (stopped bool, err error) {
 	if resp == nil {
-		return fmt.Errorf("fencehttp: %w: nil *http.Response", fencedlock.ErrInvalidArgument)
+		return false, fmt.Errorf("fencehttp: %w: nil *http.Response", fencedlock.ErrInvalidArgument)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-		return nil
+		return false, nil
 	}
 	e := &StatusError{StatusCode: resp.StatusCode}
 	contentTypes := resp.Header.Values("Content-Type")
@@ -186,22 +194,28 @@ func checkResponse(resp *http.Response) error {
 		resp.Body = &replayBody{r: io.MultiReader(bytes.NewReader(body), orig), orig: orig}
 		e.Body = excerpt(body)
 		if err != nil {
+			if resp.Request != nil {
+				if stopped := stoppedBy(resp.Request.Context(), err); stopped != nil {
+					e.Err = fmt.Errorf("reading the body: %w", stopped)
+					return true, e
+				}
+			}
 			// The answer was lost on its way.
 			e.Err = fmt.Errorf("%w: reading the body: %w", fencedlock.ErrUnavailable, err)
-			return e
+			return false, e
 		}
 	}
 	if len(body) > MaxErrorBody {
 		e.Err = fmt.Errorf("body larger than %d bytes, not read", MaxErrorBody)
-		return e
+		return false, e
 	}
 	if len(contentTypes) != 1 || !isProblem(contentTypes[0]) {
-		return e
+		return false, e
 	}
 	p, err := decodeProblem(body)
 	if err != nil {
 		e.Err = fmt.Errorf("malformed problem document: %w", err)
-		return e
+		return false, e
 	}
 	e.Type, e.Title, e.Detail = p.typ, p.title, p.detail
 	switch {
@@ -209,21 +223,21 @@ func checkResponse(resp *http.Response) error {
 		stale, err := staleFrom(p)
 		if err != nil {
 			e.Err = err
-			return e
+			return false, e
 		}
 		if resp.Request != nil {
 			if sent, err := TokenFromHeader(resp.Request.Header); err == nil && sent != stale.Token {
 				e.Err = fmt.Errorf("%w, but the problem's token %v is not the token %v the request sent", fencedlock.ErrStaleToken, stale.Token, sent)
-				return e
+				return false, e
 			}
 		}
-		return stale
+		return false, stale
 	case p.typ == InvalidTokenType && resp.StatusCode == http.StatusBadRequest:
 		e.Err = fencedlock.ErrInvalidToken
 	case p.typ == NotFoundType && resp.StatusCode == http.StatusNotFound:
 		e.Err = fencedlock.ErrNotFound
 	}
-	return e
+	return false, e
 }
 
 // replayBody is the body CheckResponse leaves on a response it read

@@ -1,6 +1,7 @@
 package fencehttp_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -310,6 +311,45 @@ func TestCheckResponseReadError(t *testing.T) {
 	assert.Contains(t, err.Error(), "reading the body: connection reset by peer")
 	assert.Equal(t, validStale[:20], string(statusErr.Body))
 	assert.False(t, body.closed)
+}
+
+// A body whose read fails once the request's context ended with a
+// cause gives an error wrapping the cause and the context's error, and
+// not ErrUnavailable, whatever the status; a plain cancel, or a context
+// still live, gives ErrUnavailable as before.
+func TestCheckResponseReadErrorAfterCause(t *testing.T) {
+	for _, status := range []int{409, 503} {
+		for _, c := range []struct {
+			name  string
+			cause error // nil: cancelled plainly
+			live  bool
+		}{
+			{"cancelled with a cause", errCause, false},
+			{"cancelled", nil, false},
+			{"live", nil, true},
+		} {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			if !c.live {
+				cancel(c.cause)
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/", nil)
+			require.NoError(t, err)
+			readErr := errors.New("read interrupted")
+			resp := &http.Response{StatusCode: status, Request: req, Body: &failingBody{data: "part", err: readErr}}
+			err = fencehttp.CheckResponse(resp)
+			cancel(nil)
+			t.Logf("%d, %s: %v", status, c.name, err)
+			var statusErr *fencehttp.StatusError
+			require.True(t, errors.As(err, &statusErr), "%T %v", err, err)
+			assert.Equal(t, status, statusErr.StatusCode)
+			assert.True(t, errors.Is(err, readErr), "%v", err)
+			if c.cause != nil {
+				expectCause(t, err)
+				continue
+			}
+			assert.True(t, errors.Is(err, fencedlock.ErrUnavailable), "%d, %s: %v", status, c.name, err)
+		}
+	}
 }
 
 // endless is a body that never ends.

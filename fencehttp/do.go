@@ -1,6 +1,7 @@
 package fencehttp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +25,13 @@ import (
 // or 504 status returns a *StatusError that matches ErrUnavailable too
 // (see CheckResponse). So a caller handles "the backend is down" alike
 // for a store over HTTP and one in process.
+//
+// When req's context ended with a cause ([context.Cause] is not just its
+// Err: a CancelCauseFunc's argument, as when Locker.Do cancels its
+// function's context on losing the lock, or WithDeadlineCause's cause),
+// the error of a request it stopped wraps that cause, the context's Err
+// and the client's error, and does not match ErrUnavailable: the caller
+// stopped the request, the server did not fail.
 //
 // Do returns by the deadline of req's context, as http.Client does, also
 // while it reads an error response's body (an error whose body breaks
@@ -52,12 +60,16 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 
 // unavailable wraps err, the failure of req's round trip, with
 // [fencedlock.ErrUnavailable], and with req's context error when the
-// context has ended and err does not wrap it. The URL of a *url.Error is
-// cut short: it may hold a long resource name.
+// context has ended and err does not wrap it; or, when the context ended
+// with a cause, returns the error of stoppedBy. The URL of a *url.Error
+// is cut short: it may hold a long resource name.
 func unavailable(req *http.Request, err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) && len(ue.URL) > maxURL {
 		err = &url.Error{Op: ue.Op, URL: shortURL(ue.URL), Err: ue.Err}
+	}
+	if stopped := stoppedBy(req.Context(), err); stopped != nil {
+		return fmt.Errorf("fencehttp: %w", stopped)
 	}
 	if cerr := req.Context().Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("fencehttp: %w: %w (%w)", fencedlock.ErrUnavailable, err, cerr)
@@ -76,4 +88,39 @@ func shortURL(u string) string {
 		n--
 	}
 	return u[:n] + "... (" + strconv.Itoa(len(u)) + " bytes)"
+}
+
+// cause returns the cause with which ctx ended, when it ended with one
+// that is not just its own error, and nil when ctx has not ended or
+// ended plainly.
+func cause(ctx context.Context) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		return nil
+	}
+	if c := context.Cause(ctx); c != nil && c != cerr {
+		return c
+	}
+	return nil
+}
+
+// stoppedBy returns the error of a call that failed with err when ctx
+// had ended with a cause: it wraps the cause, ctx.Err() and err, and
+// not fencedlock.ErrUnavailable. It returns nil when ctx has not ended,
+// or ended plainly. (net/http's errors wrap the cause from Go 1.22 on,
+// ctx.Err() before: it adds what err lacks.)
+func stoppedBy(ctx context.Context, err error) error {
+	c := cause(ctx)
+	if c == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	format, args := "the request's context ended", []any{}
+	if !errors.Is(err, c) {
+		format, args = format+": %w", append(args, c)
+	}
+	if !errors.Is(err, cerr) && !errors.Is(c, cerr) {
+		format, args = format+" (%w)", append(args, cerr)
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
 }

@@ -3,6 +3,7 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -111,13 +112,13 @@ func TestDoUnreachable(t *testing.T) {
 	assert.Less(t, len(err.Error()), 300, "a short message: %v", err)
 }
 
-// A server that stalls, before it answers or in the middle of an error
-// body: Do returns by its deadline, with ErrUnavailable and
-// context.DeadlineExceeded.
-func TestDoStalled(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-
-	// Accepts connections, reads, never answers.
+// stalled starts a listener that accepts connections, reads, and never
+// answers, and a server that answers 503 (or 200 with ?status=200),
+// sends part of the body, then stalls until the test ends (or, with
+// ?stall=headers, stalls before the headers). It returns the cases of
+// a stalled request, by name, their URLs, and a client for them;
+// everything is closed when the test ends.
+func stalled(t *testing.T) (cases []struct{ name, url string }, srvURL string, client *http.Client) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -138,7 +139,7 @@ func TestDoStalled(t *testing.T) {
 			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
 		}
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
 		for _, c := range conns {
@@ -146,10 +147,8 @@ func TestDoStalled(t *testing.T) {
 		}
 		mu.Unlock()
 		wg.Wait()
-	}()
+	})
 
-	// Answers 503 or 200, sends part of the body, then stalls until the
-	// test ends.
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusServiceUnavailable
@@ -166,17 +165,26 @@ func TestDoStalled(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-release
 	}))
-	defer srv.Close()
-	defer close(release) // before srv.Close, which waits for the handlers
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handlers
 
 	transport := &http.Transport{}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport}
-	for _, c := range []struct{ name, url string }{
+	t.Cleanup(transport.CloseIdleConnections)
+	cases = []struct{ name, url string }{
 		{"server never answers", "http://" + ln.Addr().String() + "/?resource=r"},
 		{"handler stalls before the headers", srv.URL + "/?resource=r&stall=headers"},
 		{"503 whose body stalls", srv.URL + "/?resource=r"},
-	} {
+	}
+	return cases, srv.URL, &http.Client{Transport: transport}
+}
+
+// A server that stalls, before it answers or in the middle of an error
+// body: Do returns by its deadline, with ErrUnavailable and
+// context.DeadlineExceeded.
+func TestDoStalled(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	cases, srvURL, client := stalled(t)
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
@@ -196,10 +204,70 @@ func TestDoStalled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := fencehttp.Do(client, newRequest(t, ctx, srv.URL+"/?resource=r&status=200"))
+	resp, err := fencehttp.Do(client, newRequest(t, ctx, srvURL+"/?resource=r&status=200"))
 	require.NoError(t, err)
 	_, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.LessOrEqual(t, time.Since(start), timeout+stallBudget)
 	assert.Error(t, err)
+}
+
+// errCause is the cause with which the tests cancel contexts: the
+// Locker's own, when a lock is lost under Locker.Do.
+var errCause = fmt.Errorf("the term ended: %w", fencedlock.ErrLockLost)
+
+// expectCause checks that err wraps errCause and context.Canceled, and
+// none of the sentinels of package fencedlock but ErrLockLost,
+// errCause's own.
+func expectCause(t *testing.T, err error) {
+	t.Helper()
+	assert.True(t, errors.Is(err, errCause), "the cause is kept: %v", err)
+	assert.True(t, errors.Is(err, context.Canceled), "ctx's error is kept: %v", err)
+	for _, s := range sentinels {
+		assert.False(t, errors.Is(err, s), "errors.Is(%v, %v)", err, s)
+	}
+}
+
+// A request whose context is cancelled with a cause, before Do or while
+// the server stalls (in the middle of an error body too), fails with an
+// error wrapping the cause and context.Canceled, not ErrUnavailable: the
+// caller stopped it, the server did not fail. A plain cancel gives
+// ErrUnavailable and context.Canceled, as a deadline does.
+func TestDoStoppedWithCause(t *testing.T) {
+	const after = 200 * time.Millisecond
+	cases, _, client := stalled(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, cause := range []error{errCause, nil} {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				timer := time.AfterFunc(after, func() { cancel(cause) })
+				start := time.Now()
+				resp, err := fencehttp.Do(client, newRequest(t, ctx, c.url))
+				took := time.Since(start)
+				timer.Stop()
+				cancel(nil)
+				t.Logf("Do cancelled with cause %v: %v after %v", cause, err, took.Round(time.Millisecond))
+				assert.Nil(t, resp)
+				assert.LessOrEqual(t, took, after+stallBudget, "returns when ctx ends")
+				if cause == nil {
+					expectUnavailable(t, err)
+					assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+					continue
+				}
+				expectCause(t, err)
+				var statusErr *fencehttp.StatusError
+				if c.name == "503 whose body stalls" && assert.True(t, errors.As(err, &statusErr), "%T %v", err, err) {
+					assert.Equal(t, http.StatusServiceUnavailable, statusErr.StatusCode)
+				}
+			}
+		})
+	}
+	t.Run("cancelled before", func(t *testing.T) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errCause)
+		resp, err := fencehttp.Do(client, newRequest(t, ctx, cases[0].url))
+		t.Logf("Do with a ctx cancelled before: %v", err)
+		assert.Nil(t, resp)
+		expectCause(t, err)
+	})
 }

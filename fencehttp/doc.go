@@ -96,6 +96,12 @@
 //   - [fencedlock.ErrUnavailable]: no answer (the server cannot be
 //     reached, the connection broke, the context ended), or a 502, 503 or
 //     504 status. The write may or may not have happened; retry later.
+//   - The cause with which the request's context ended, when it ended
+//     with one ([context.Cause] is not just its Err; Locker.Do cancels
+//     its function's context with one matching [fencedlock.ErrLockLost]):
+//     the error wraps it and the context's Err, and does not match
+//     ErrUnavailable. The write may or may not have happened, as with
+//     ErrUnavailable, but the caller stopped it: act on the cause.
 //   - [fencedlock.ErrInvalidToken]: the request carried no valid token.
 //   - [fencedlock.ErrNotFound]: the resource holds no value.
 //   - [fencedlock.ErrInvalidArgument]: a nil request, or a resource name

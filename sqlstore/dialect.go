@@ -32,7 +32,8 @@ const (
 	// A Put or a Fence is four statements (BEGIN, the upsert, the read,
 	// COMMIT), and go-sql-driver/mysql prepares each statement that has
 	// arguments on the server first, a round trip more, unless the DSN
-	// sets interpolateParams=true.
+	// sets interpolateParams=true (then set maxAllowedPacket=0 too: see
+	// Store.MaxValueLen).
 	MySQL
 )
 

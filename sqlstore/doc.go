@@ -88,13 +88,25 @@
 //     was not raised. Acquire again, read again, redo.
 //   - [fencedlock.ErrUnavailable]: the database could not be reached, the
 //     connection broke, or ctx ended while the database worked. A Put may
-//     or may not have happened, or may still happen; a Tx commits nothing
-//     once its ctx has ended, and only a commit cut off by a broken
-//     connection leaves its outcome unknown; a Fence may or may not have
-//     raised the fence. The fence check holds all the same. Retry later.
+//     or may not have happened, or may still happen; a Fence may or may
+//     not have raised the fence; a Tx committed nothing. The fence check
+//     holds all the same. Retry later.
+//   - [ErrCommitUnknown]: a Tx sent its COMMIT, and the connection broke
+//     or ctx ended before the answer came. The transaction may have been
+//     committed, whole, or not at all. Read what fn writes to learn which
+//     before doing the work again.
+//   - The cause with which ctx ended, when it ended with one
+//     ([context.Cause] is not just ctx.Err(); Locker.Do cancels its
+//     function's context with one matching [fencedlock.ErrLockLost]): the
+//     error of a call it stopped, or that began after it, wraps the cause
+//     and ctx.Err(), and not ErrUnavailable: the caller stopped the call,
+//     the database did not fail. What was done is as after
+//     ErrUnavailable (or ErrCommitUnknown, from a Tx whose COMMIT was on
+//     its way). Act on the cause.
 //   - [fencedlock.ErrInvalidToken]: a zero token, or one above [MaxToken].
 //   - [fencedlock.ErrInvalidArgument]: a bad resource name (empty, longer
-//     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a nil
+//     than [MaxResourceLen], not valid UTF-8 or holding a NUL byte), a
+//     value longer than the database takes ([Store.MaxValueLen]), a nil
 //     fn, or a bad database, dialect or option in New. Nothing was sent.
 //   - [fencedlock.ErrNotFound]: Get on a resource without a value (one
 //     that only Fence or Tx has used, too), CurrentFence on one without a
@@ -137,7 +149,8 @@
 //	)
 //
 // and in MySQL, where names must compare byte for byte and values may be
-// as large as the server takes (max_allowed_packet):
+// as large as the server takes (max_allowed_packet, see
+// [Store.MaxValueLen]):
 //
 //	CREATE TABLE IF NOT EXISTS fencedlock_fences (
 //		resource    VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -147,10 +160,34 @@
 //		CHECK (value_token > 0 AND value_token <= fence)
 //	) ENGINE = InnoDB
 //
-// New checks a table made otherwise: it must have these columns and a
-// primary key or unique constraint on resource alone; in MySQL, the
-// InnoDB engine, resource VARBINARY(1024) or longer and held whole by the
-// unique key, fence and value_token BIGINT, and value LONGBLOB.
+// New checks a table made otherwise, and refuses one it cannot trust
+// with an error that names the column and the type the Store needs: on a
+// table whose token columns held text, tokens would compare as text,
+// "10" below "9", and the Store would accept stale writes and lose
+// acknowledged ones. The table must have these columns, fence NOT NULL,
+// and a primary key or unique constraint on resource alone; and
+//
+//   - in PostgreSQL, fence and value_token bigint, value bytea, and
+//     resource text, or varchar of at least 1024 characters, with a
+//     deterministic collation (as the default is), in the column and in
+//     its unique indexes. Domains are refused, as any other type;
+//   - in SQLite, by the affinity of the declared types: INTEGER for
+//     fence and value_token (a type holding INT, such as BIGINT or
+//     INTEGER), TEXT for resource (TEXT, VARCHAR), BLOB for value (BLOB);
+//     resource compared with the BINARY collation, the default, in the
+//     column and in its unique indexes (NOCASE and RTRIM take distinct
+//     names for one). A column of no declared type, BLOB affinity, keeps
+//     what it is given as it is, and ANY in a STRICT table as well: both
+//     are refused as token columns. STRICT tables of INTEGER, TEXT and
+//     BLOB columns fit;
+//   - in MySQL, the InnoDB engine, resource VARBINARY(1024) or longer and
+//     held whole by the unique key, fence and value_token BIGINT (signed
+//     or not), and value LONGBLOB.
+//
+// The CHECK constraints are not required: the Store never writes a row
+// they would refuse, and they guard the table only against other
+// writers. A table in another schema (schema.table, see [WithTable]) is
+// checked there.
 //
 // fence is the highest token that any accepted Put or Fence or committed
 // Tx has used on the resource (CurrentFence reads it); value and
@@ -184,13 +221,15 @@
 //
 //	INSERT INTO fencedlock_fences (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
 //	ON DUPLICATE KEY UPDATE
-//		value = IF(fence <= ?, ?, value),
-//		value_token = IF(fence <= ?, ?, value_token),
-//		fence = GREATEST(fence, ?)
+//		value = IF(fence <= VALUES(fence), VALUES(value), value),
+//		value_token = IF(fence <= VALUES(fence), VALUES(value_token), value_token),
+//		fence = GREATEST(fence, VALUES(fence))
 //	SELECT fence FROM fencedlock_fences WHERE resource = ? FOR UPDATE
 //
 // (MySQL runs the assignments of an UPDATE in order, each seeing those
-// before it: the fence is assigned last.)
+// before it: the fence is assigned last. VALUES(column) is the value the
+// INSERT would have written, so that the statement carries the value
+// once; MySQL 8.0.20 and later deprecate it, with a warning.)
 //
 // Fence is the same statement without value and value_token, which
 // raises the fence and returns it (a fence above the token means the

@@ -100,11 +100,17 @@ func newMySQLQueries(table string) queries {
 		// with the fence as it was. The value and its token are written
 		// when the token is not below the fence, and the fence becomes
 		// the higher of the two.
+		//
+		// VALUES(column) is what the statement would have inserted:
+		// the value is sent once, so that a value of almost
+		// max_allowed_packet fits in the statement. (MySQL 8.0.20 and
+		// later deprecate VALUES() here, with a warning, in favour of
+		// a row alias that MariaDB does not have.)
 		put: `INSERT INTO ` + t + ` (resource, fence, value, value_token) VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
-	value = IF(fence <= ?, ?, value),
-	value_token = IF(fence <= ?, ?, value_token),
-	fence = GREATEST(fence, ?)`,
+	value = IF(fence <= VALUES(fence), VALUES(value), value),
+	value_token = IF(fence <= VALUES(fence), VALUES(value_token), value_token),
+	fence = GREATEST(fence, VALUES(fence))`,
 		// Fence's first statement, and Tx's: it takes the row's lock as
 		// put does, which the transaction then holds to its end, and
 		// raises the fence to the token unless the fence is higher.
@@ -120,7 +126,7 @@ ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
 		get:   `SELECT value, value_token FROM ` + t + ` WHERE resource = ?`,
 		fence: `SELECT fence FROM ` + t + ` WHERE resource = ?`,
 		putArgs: func(resource string, token int64, value []byte) []any {
-			return []any{resource, token, value, token, token, value, token, token, token}
+			return []any{resource, token, value, token}
 		},
 		raiseArgs: func(resource string, token int64) []any {
 			return []any{resource, token, token}
@@ -222,7 +228,7 @@ func (s *Store) upsertMySQLOnce(ctx context.Context, op, resource, stmt string, 
 //     names are compared byte for byte and none is cut short (see
 //     maxResourceBytes); fence and value_token are BIGINT, and value is
 //     LONGBLOB, so that no token or value is cut to fit the column (as
-//     MySQL does without strict SQL mode);
+//     MySQL does without strict SQL mode); fence is NOT NULL;
 //   - a primary key or unique index has resource as its only column,
 //     whole (an index on a prefix of it would make names that share the
 //     prefix one row).
@@ -249,15 +255,16 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: table %s is not an InnoDB table (its engine: %q): Put and Tx need InnoDB's transactions and row locks", s.table, engine.String)
 	}
 
-	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0) FROM information_schema.COLUMNS`+where, db, name)
+	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), IS_NULLABLE FROM information_schema.COLUMNS`+where, db, name)
 	if err != nil {
 		return trouble(err)
 	}
 	types := make(map[string]string)
+	nullable := make(map[string]bool)
 	for rows.Next() {
-		var column, dataType string
+		var column, dataType, null string
 		var length int64
-		if err := rows.Scan(&column, &dataType, &length); err != nil {
+		if err := rows.Scan(&column, &dataType, &length, &null); err != nil {
 			rows.Close()
 			return trouble(err)
 		}
@@ -266,6 +273,7 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 			dataType = fmt.Sprintf("varbinary(%d)", length)
 		}
 		types[column] = dataType
+		nullable[column] = strings.EqualFold(null, "YES")
 	}
 	if err := rows.Err(); err != nil {
 		return trouble(err)
@@ -277,8 +285,11 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		{"value", "longblob", "LONGBLOB: no value is cut to fit"},
 	} {
 		if got := types[c.column]; got != c.want {
-			return fmt.Errorf("sqlstore: table %s: column %s is %s; the Store needs %s", s.table, c.column, strings.ToUpper(got), c.why)
+			return s.unfit(c.column, strings.ToUpper(got), c.why)
 		}
+	}
+	if nullable["fence"] {
+		return s.nullable("fence")
 	}
 
 	rows, err = s.db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS`+where+` AND NON_UNIQUE = 0`, db, name)
@@ -313,4 +324,14 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("sqlstore: table %s has no primary key or unique constraint on resource alone (whole, not a prefix), which the INSERT ... ON DUPLICATE KEY UPDATE of Put and Tx needs", s.table)
+}
+
+// maxAllowedPacket reads the server's max_allowed_packet: the longest
+// statement it takes, and the longest value it sends back.
+func (s *Store) maxAllowedPacket(ctx context.Context) (int64, error) {
+	var packet int64
+	if err := s.db.QueryRowContext(ctx, `SELECT @@max_allowed_packet`).Scan(&packet); err != nil {
+		return 0, dbErr(ctx, "new", "", "reading max_allowed_packet: ", err)
+	}
+	return packet, nil
 }

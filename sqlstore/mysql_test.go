@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -261,6 +262,7 @@ func TestMySQLNewChecksTable(t *testing.T) {
 		{"int fence", strings.Join([]string{resource + " PRIMARY KEY", "fence INT NOT NULL", value, token}, ", "), "", "column fence is INT; the Store needs BIGINT"},
 		{"int value_token", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token INT"}, ", "), "", "column value_token is INT"},
 		{"blob value", strings.Join([]string{resource + " PRIMARY KEY", fence, "value BLOB", token}, ", "), "", "column value is BLOB; the Store needs LONGBLOB"},
+		{"nullable fence", strings.Join([]string{resource + " PRIMARY KEY", "fence BIGINT", value, token}, ", "), "", "column fence may be NULL; the Store needs it NOT NULL"},
 		{"prefix key", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource(16))"}, ", "), "", "no primary key or unique constraint on resource alone (whole, not a prefix)"},
 		{"key of two columns", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource, fence)"}, ", "), "", "no primary key or unique constraint on resource alone"},
 		{"no key", strings.Join([]string{resource, fence, value, token, "KEY (resource)"}, ", "), "", "no primary key or unique constraint on resource alone"},
@@ -407,5 +409,75 @@ func TestMySQLSchemaConstraints(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM `+s.Table()); n != 1 {
 		t.Errorf("the table has %d rows; want 1", n)
+	}
+}
+
+// setMaxAllowedPacket sets the shared MariaDB server's max_allowed_packet
+// to n, until the test ends; connections opened from then on take it.
+func setMaxAllowedPacket(t *testing.T, n int) {
+	t.Helper()
+	admin := mysqlBackend(t)
+	admin.exec(t, `SET GLOBAL max_allowed_packet = `+strconv.Itoa(n))
+	t.Cleanup(func() { admin.db.Exec(`SET GLOBAL max_allowed_packet = DEFAULT`) })
+}
+
+// A value too large for the server's max_allowed_packet is refused by
+// Put before it is sent, with an error wrapping ErrInvalidArgument, not
+// ErrUnavailable (the server would close the connection); a value of
+// MaxValueLen bytes is stored whole, as a prepared statement and, when
+// the DSN has the driver read max_allowed_packet, as one whose
+// arguments the driver writes into its text, escaping them.
+func TestMySQLValueLimit(t *testing.T) {
+	const packet = 1 << 20
+	setMaxAllowedPacket(t, packet)
+	srv := mysqltest.Shared(t)
+	for _, c := range []struct {
+		name   string
+		params string
+	}{
+		{"prepared", ""},
+		{"interpolated", "interpolateParams=true&maxAllowedPacket=0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := srv.DSN("")
+			if c.params != "" {
+				dsn += "?" + c.params
+			}
+			b := &backend{dialect: sqlstore.MySQL, db: openMySQL(t, dsn)}
+			s := b.newStore(t)
+			ctx := testCtx(t)
+			if got, want := s.MaxValueLen(), packet-4096; got != want {
+				t.Errorf("MaxValueLen() = %d; want max_allowed_packet less 4 KiB, %d", got, want)
+			}
+			if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{s.MaxValueLen() + 1, packet, 20 << 20} {
+				err := s.Put(ctx, "r", 6, make([]byte, n))
+				t.Logf("Put of %d bytes: %v", n, err)
+				if !errors.Is(err, fencedlock.ErrInvalidArgument) || errors.Is(err, fencedlock.ErrUnavailable) {
+					t.Errorf("Put of %d bytes = %v; want an error wrapping ErrInvalidArgument", n, err)
+				}
+			}
+			if f, err := s.CurrentFence(ctx, "r"); err != nil || f != 5 {
+				t.Errorf("CurrentFence = (%d, %v); want 5: nothing sent", f, err)
+			}
+			// Zeros and quotes, which the driver escapes when it writes
+			// them into the statement's text, and other bytes.
+			for i, v := range [][]byte{
+				make([]byte, s.MaxValueLen()),
+				bytes.Repeat([]byte{0xab}, s.MaxValueLen()),
+				bytes.Repeat([]byte(`'\`), s.MaxValueLen()/2),
+			} {
+				token := fencedlock.Token(6 + i)
+				if err := s.Put(ctx, "r", token, v); err != nil {
+					t.Fatalf("Put of %d bytes: %v", len(v), err)
+				}
+				got, tok, err := s.Get(ctx, "r")
+				if err != nil || tok != token || !bytes.Equal(got, v) {
+					t.Errorf("Get = (%d bytes, equal %v, %d, %v); want the %d bytes put with %d", len(got), bytes.Equal(got, v), tok, err, len(v), token)
+				}
+			}
+		})
 	}
 }

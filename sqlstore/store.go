@@ -31,6 +31,33 @@ const MaxToken fencedlock.Token = math.MaxInt64
 // resource column, VARBINARY(1024), holds MaxResourceLen.)
 const MaxResourceLen = fencedlock.MaxResourceLen
 
+// ErrCommitUnknown is matched by the error of a Tx whose COMMIT was sent
+// but got no answer, because the connection broke or ctx ended while it
+// was on its way: the transaction may have been committed, fn's writes
+// and the fence alike, or not. The error wraps the cause too (the
+// driver's error, ctx.Err(), and the cause with which ctx ended, if
+// any), and does not match [fencedlock.ErrUnavailable], which says to
+// try again: doing so could do fn's work twice. Read what fn would have
+// written to learn the outcome before doing the work again.
+var ErrCommitUnknown = errors.New("sqlstore: the commit's outcome is unknown")
+
+// The longest values Put takes (see Store.MaxValueLen): what each
+// database can receive in Put's statement, less valueRoom for the rest
+// of the statement and the row (the resource name, the tokens, the
+// statement's text and headers).
+const (
+	valueRoom = 4 << 10
+
+	// sqliteMaxValue: SQLite refuses a string, blob or row longer than
+	// SQLITE_MAX_LENGTH, 10^9 bytes unless the build raised it.
+	sqliteMaxValue = 1_000_000_000 - valueRoom
+
+	// postgresMaxValue: PostgreSQL takes a field (a bytea) and a protocol
+	// message of at most 1 GiB - 1 bytes, and lib/pq sends a []byte
+	// in hex, twice its length.
+	postgresMaxValue = (1<<30 - 1 - valueRoom) / 2
+)
+
 // Store is a [fencedlock.Store] in a SQL database, whose Tx also fences the
 // caller's own SQL writes. Every resource has one row in the Store's table:
 // see the package documentation for the schema and the locking.
@@ -42,10 +69,11 @@ const MaxResourceLen = fencedlock.MaxResourceLen
 // A Store is safe for concurrent use by multiple goroutines, and by
 // multiple processes that share the database.
 type Store struct {
-	db      *sql.DB
-	dialect Dialect
-	table   string
-	q       queries
+	db       *sql.DB
+	dialect  Dialect
+	table    string
+	q        queries
+	maxValue int // the longest value Put takes, set by New
 }
 
 var _ fencedlock.Store = (*Store)(nil)
@@ -99,10 +127,12 @@ var _ fencedlock.Store = (*Store)(nil)
 //     are not held up. This works under every isolation level, the
 //     default REPEATABLE READ included: see mysql.go.
 //
-// New checks the table by having the database plan the Put statement
-// with EXPLAIN, which does not run it (see fits); in MySQL, where that
-// plan would not tell, it reads the table's engine, column types and
-// unique indexes in information_schema (see fitsMySQL).
+// New checks the table's column types, collations and NOT NULL in the
+// catalog, and has the database plan the Put statement with EXPLAIN,
+// which does not run it, to find the unique index on resource (see
+// fits); in MySQL, where that plan would not tell, it reads the table's
+// engine, column types and unique indexes in information_schema (see
+// fitsMySQL).
 
 // Option configures a Store in New and NewContext. A nil Option is
 // ignored.
@@ -147,9 +177,9 @@ func WithTable(name string) Option {
 // WithCreateTable sets whether New creates the table when it is missing.
 // The default is true. Pass false when the table is made by migrations
 // or the database user may not create tables; New then only checks that
-// the table exists with the columns the Store needs and a primary key or
-// unique constraint on resource alone (in MySQL, also its engine and its
-// column types: see the package documentation).
+// the table exists with the columns the Store needs, of types it can
+// trust, and a primary key or unique constraint on resource alone (in
+// MySQL, also its engine: see the package documentation).
 func WithCreateTable(create bool) Option {
 	return func(c *config) error {
 		c.create = create
@@ -165,10 +195,16 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // NewContext returns a Store on db, in dialect d, configured by opts. It
 // creates the table (CREATE TABLE IF NOT EXISTS, unless
 // WithCreateTable(false)) and checks that the table fits: that it has the
-// Store's columns, and a primary key or unique constraint on resource that
-// the Store's INSERT ... ON CONFLICT (resource) can use (in MySQL, also
-// the table's engine and column types). A table that existed before is
-// checked the same way. ctx bounds that work; the Store does not keep it.
+// Store's columns, of types that compare tokens as numbers and names
+// byte for byte, fence NOT NULL, and a primary key or unique constraint
+// on resource that the Store's INSERT ... ON CONFLICT (resource) can use
+// (in MySQL, also the table's engine); the package documentation lists
+// what each dialect needs. A table that existed before is checked the
+// same way, and a table that does not fit is refused with an error that
+// names the column and the type the Store needs: on a table whose tokens
+// were text, "10" would compare below "9", and a stale write would be
+// accepted. In MySQL, NewContext also reads max_allowed_packet (see
+// Store.MaxValueLen). ctx bounds that work; the Store does not keep it.
 //
 // On failure it returns a nil *Store and an error. A nil db, a Dialect
 // other than SQLite, Postgres and MySQL, or an invalid option (a table in a
@@ -177,10 +213,11 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // failure to create or check the table returns the database's error,
 // wrapped; the table may then exist or not. A database that cannot be
 // reached, or does not answer before ctx ends, gives an error wrapping
-// [fencedlock.ErrUnavailable] and the cause (see Store.Put); NewContext
-// returns by ctx's deadline whatever the driver does, and the work it
-// leaves in the background ends when the database answers or the
-// connection closes.
+// [fencedlock.ErrUnavailable] and the cause (see Store.Put), or, when ctx
+// ended with a cause, the cause and ctx.Err() (and nothing is sent when
+// it had ended so before the call); NewContext returns by ctx's
+// deadline whatever the driver does, and the work it leaves in the
+// background ends when the database answers or the connection closes.
 func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", fencedlock.ErrInvalidArgument)
@@ -200,6 +237,9 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 	if schema := tempSchema(d, c.table); schema != "" {
 		return nil, fmt.Errorf("%w: sqlstore: table name %q: %q is the schema of a connection's own temporary tables, which the other connections do not see", fencedlock.ErrInvalidArgument, c.table, schema)
 	}
+	if cause(ctx) != nil {
+		return nil, notSent(ctx, "new: table "+c.table, "")
+	}
 	s := &Store{db: db, dialect: d, table: c.table, q: newQueries(d, c.table)}
 	if err := bounded(ctx, "new: table "+s.table, "", func() error { return s.prepare(ctx, c.create) }); err != nil {
 		return nil, err
@@ -215,45 +255,31 @@ func (s *Store) prepare(ctx context.Context, create bool) error {
 			// Two processes creating the table at once can make one
 			// CREATE fail in PostgreSQL; the table is there all the same.
 			if s.fits(ctx) == nil {
-				return nil
+				return s.setMaxValue(ctx)
 			}
 			return dbErr(ctx, "new", "", "creating table "+s.table+": ", err)
 		}
 	}
-	return s.fits(ctx)
+	if err := s.fits(ctx); err != nil {
+		return err
+	}
+	return s.setMaxValue(ctx)
 }
 
-// fits checks that the Store's table has its columns, and a unique index
-// on resource for the ON CONFLICT (resource) of Put and Tx: it selects
-// the columns, then has the database plan the put statement with
-// EXPLAIN, which fails when no unique index matches (SQLite: "ON CONFLICT
-// clause does not match any PRIMARY KEY or UNIQUE constraint"; PostgreSQL:
-// "there is no unique or exclusion constraint matching the ON CONFLICT
-// specification") and writes nothing. In MySQL, fitsMySQL checks what
-// EXPLAIN would not.
-func (s *Store) fits(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, s.q.probe)
-	if err == nil {
-		err = rows.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil || connectionTrouble(err) {
-			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
+// setMaxValue sets the longest value Put takes: a constant of the
+// dialect, or, in MySQL, max_allowed_packet, read from the database.
+func (s *Store) setMaxValue(ctx context.Context) error {
+	switch s.dialect {
+	case SQLite:
+		s.maxValue = sqliteMaxValue
+	case Postgres:
+		s.maxValue = postgresMaxValue
+	case MySQL:
+		packet, err := s.maxAllowedPacket(ctx)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("sqlstore: table %s does not have the columns resource, fence, value, value_token: %w", s.table, err)
-	}
-	if s.dialect == MySQL {
-		return s.fitsMySQL(ctx)
-	}
-	rows, err = s.db.QueryContext(ctx, "EXPLAIN "+s.q.put, s.q.putArgs("", 1, []byte{})...)
-	if err == nil {
-		err = rows.Close()
-	}
-	if err != nil {
-		if ctx.Err() != nil || connectionTrouble(err) {
-			return dbErr(ctx, "new", "", "checking table "+s.table+": ", err)
-		}
-		return fmt.Errorf("sqlstore: table %s: planning the Put statement, whose ON CONFLICT (resource) needs a primary key or unique constraint on resource: %w", s.table, err)
+		s.maxValue = int(max(packet-valueRoom, 0))
 	}
 	return nil
 }
@@ -265,6 +291,48 @@ func (s *Store) Table() string {
 		return ""
 	}
 	return s.table
+}
+
+// MaxValueLen returns the length of the longest value Put takes, in
+// bytes; Put refuses a longer one before it sends anything, with an
+// error wrapping [fencedlock.ErrInvalidArgument]. It is what the database
+// can receive in Put's statement, less 4 KiB for the rest of the
+// statement and of the row:
+//
+//   - SQLite: 999,995,904, from SQLite's default limit on the length of a
+//     blob or a row, SQLITE_MAX_LENGTH, 10^9 bytes. (A build or a
+//     connection with a lower limit refuses longer values with SQLite's
+//     error, "string or blob too big".)
+//   - PostgreSQL: 536,868,863, (1 GiB - 1 - 4 KiB) / 2: PostgreSQL takes
+//     a bytea, and a message of its protocol, of at most 1 GiB - 1 bytes,
+//     and lib/pq sends a []byte in hex, twice its length.
+//   - MySQL: the server's max_allowed_packet, as New read it (SELECT
+//     @@max_allowed_packet; 16 MiB by default in MariaDB and 64 MiB in
+//     MySQL), less 4 KiB. A value longer than max_allowed_packet does not
+//     fit in a statement, and the server closes a connection that sends
+//     one. New reads it once: restart the program, or make a new Store,
+//     after lowering it. With go-sql-driver/mysql and
+//     interpolateParams=true, the driver writes the value into the
+//     statement's text, escaping some bytes (NUL, quotes, backslash,
+//     newline, carriage return, Ctrl-Z) with a backslash, which can
+//     double its length: add maxAllowedPacket=0 to the DSN, so that the
+//     driver reads max_allowed_packet too, and sends a statement that
+//     would be longer as a prepared one.
+//
+// It returns 0 for a Store not made by New.
+func (s *Store) MaxValueLen() int {
+	if s == nil {
+		return 0
+	}
+	return s.maxValue
+}
+
+// checkValue returns the error for a value longer than the Store takes.
+func (s *Store) checkValue(resource string, value []byte) error {
+	if len(value) > s.maxValue {
+		return fmt.Errorf("%w: sqlstore: a value of %d bytes for resource %s: the longest the Store takes is %d bytes (see Store.MaxValueLen)", fencedlock.ErrInvalidArgument, len(value), names.Quote(resource), s.maxValue)
+	}
+	return nil
 }
 
 // Dialect returns the Store's dialect; the zero Dialect for a Store not
@@ -329,19 +397,28 @@ func fenceToken(v int64, what, resource string) (fencedlock.Token, error) {
 //
 // A zero token or one above MaxToken returns an error wrapping
 // [fencedlock.ErrInvalidToken]; an empty resource, one longer than
-// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, an error
-// wrapping [fencedlock.ErrInvalidArgument]. A ctx that has ended before the
-// call returns ctx.Err() as it is. Nothing is sent in these cases.
+// MaxResourceLen bytes, not valid UTF-8 or holding a NUL byte, or a value
+// longer than MaxValueLen bytes, an error wrapping
+// [fencedlock.ErrInvalidArgument]. A ctx that has ended before the call
+// returns ctx.Err() as it is, or, when ctx ended with a cause (see
+// below), an error wrapping the cause and ctx.Err(). Nothing is sent in
+// these cases.
 //
 // A database that cannot be reached or whose connection breaks, a driver
 // error whose SQLSTATE says so (class 08, 57P01-57P03, 53300), a MySQL
 // error that says so (e.g. 1040 too many connections; the package
 // documentation lists them), and a ctx that ends while the database
 // works, give an error wrapping [fencedlock.ErrUnavailable] together with
-// the cause (the net error, the driver's error, ctx.Err()). Other
-// database errors are wrapped as they are. After such an error, or any
-// database error, the write may or may not have happened, or may still
-// happen: see [fencedlock.Store]. The fence check holds all the same.
+// the cause (the net error, the driver's error, ctx.Err()). When ctx
+// ended with a cause ([context.Cause] is not just ctx.Err(): a
+// CancelCauseFunc's argument, as when Locker.Do cancels its function's
+// context on losing the lock, or WithDeadlineCause's cause), the error of
+// a call it stopped wraps the cause and ctx.Err() (and the driver's
+// error, if any) instead of ErrUnavailable: the caller stopped it, the
+// database did not fail. Other database errors are wrapped as they are.
+// After such an error, or any database error, the write may or may not
+// have happened, or may still happen: see [fencedlock.Store]. The fence
+// check holds all the same.
 //
 // Put returns by ctx's deadline whatever the driver does: when ctx ends
 // first, it returns at once and leaves the statement to the driver, which
@@ -355,8 +432,11 @@ func (s *Store) Put(ctx context.Context, resource string, token fencedlock.Token
 	if err := checkToken(resource, token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := s.checkValue(resource, value); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return notSent(ctx, "put", resource)
 	}
 	// The statement may outlive the call (see bounded): it gets a copy
 	// of value, which the caller may change once Put has returned.
@@ -397,8 +477,9 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 // when a Fence or a Tx with a higher token came since (see CurrentFence).
 // A resource whose row has a fence but no value yet (only Fence or Tx
 // used it) returns an error wrapping [fencedlock.ErrNotFound], like one
-// without a row. Invalid names and database errors are those of Put,
-// ErrUnavailable included, and Get too returns by ctx's deadline.
+// without a row. Invalid names, database errors and the errors of an
+// ended ctx are those of Put, ErrUnavailable included, and Get too
+// returns by ctx's deadline.
 //
 // Get reads without fencing: a holder that reads a value to write it
 // back calls Fence first, or [fencedlock.Update], which does both (see
@@ -407,24 +488,25 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+	if ctx.Err() != nil {
+		return nil, 0, notSent(ctx, "get", resource)
 	}
 	var (
 		value []byte
 		token sql.NullInt64
 	)
 	err := bounded(ctx, "get", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+		err := s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return dbErr(ctx, "get", resource, "", err)
+		}
+		return err
 	})
-	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return nil, 0, err
-	}
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !token.Valid {
 		return nil, 0, fmt.Errorf("%w: %s", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return nil, 0, dbErr(ctx, "get", resource, "", err)
+		return nil, 0, err
 	}
 	t, err := fenceToken(token.Int64, "value token", resource)
 	if err != nil {
@@ -448,21 +530,22 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 	if err := s.check(resource); err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	if ctx.Err() != nil {
+		return 0, notSent(ctx, "current fence", resource)
 	}
 	var fence int64
 	err := bounded(ctx, "current fence", resource, func() error {
-		return s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+		err := s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return dbErr(ctx, "current fence", resource, "", err)
+		}
+		return err
 	})
-	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return 0, err
-	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
-		return 0, dbErr(ctx, "current fence", resource, "", err)
+		return 0, err
 	}
 	return fenceToken(fence, "fence", resource)
 }
@@ -485,7 +568,8 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 // Its checks, its errors and its deadline are those of Put. A zero token
 // or one above MaxToken ([fencedlock.ErrInvalidToken]), an invalid
 // resource ([fencedlock.ErrInvalidArgument]) and a ctx that has ended
-// before the call (ctx.Err() as it is) send nothing. After an error
+// before the call (ctx.Err() as it is, or the cause with which it ended)
+// send nothing. After an error
 // wrapping [fencedlock.ErrUnavailable], the fence may or may not have
 // been raised, or may still be; the fence check holds all the same. In
 // MySQL, a Fence that InnoDB ends as a deadlock victim is made again, as
@@ -497,8 +581,8 @@ func (s *Store) Fence(ctx context.Context, resource string, token fencedlock.Tok
 	if err := checkToken(resource, token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return notSent(ctx, "fence", resource)
 	}
 	var fence int64
 	err := bounded(ctx, "fence", resource, func() error {
@@ -541,27 +625,39 @@ func (s *Store) raiseFence(ctx context.Context, resource string, token int64) (i
 // resource (see Put) or a nil fn returns an error wrapping
 // [fencedlock.ErrInvalidToken] or [fencedlock.ErrInvalidArgument] without
 // touching the database. A ctx that has ended before the call returns
-// ctx.Err() as it is, without calling fn.
+// ctx.Err() as it is (or, ended with a cause, an error wrapping the cause
+// and ctx.Err(): see Put), without calling fn.
 //
 // When fn returns an error, Tx rolls back, fn's writes and the fence's
 // raise alike, and returns fn's error as it is. When fn panics, Tx rolls
 // back and the panic goes on. The database errors of Tx's own statements
-// (begin, raise, commit) are those of Put: a database that cannot be
-// reached, a broken connection and a ctx that ends before the commit give
-// errors wrapping [fencedlock.ErrUnavailable] and the cause. A failed commit
-// returns the database's error, wrapped; whether the transaction was
-// committed is then unknown only when the connection broke during the
-// commit, or ctx ended while it ran. fn is called at most once: in MySQL,
-// a deadlock at the raise is retried before fn is called.
+// (begin, raise) are those of Put: a database that cannot be reached, a
+// broken connection and a ctx that ends before the commit give errors
+// wrapping [fencedlock.ErrUnavailable] and the cause (or, when ctx ended
+// with a cause, the cause and ctx.Err()); nothing was committed. fn is
+// called at most once: in MySQL, a deadlock at the raise is retried
+// before fn is called.
+//
+// The commit's outcome is known, and reported, unless the COMMIT was sent
+// and no answer came: nil when it committed; the database's error,
+// wrapped, when the database refused it (a deferred constraint, say),
+// which commits nothing. When the connection broke during the COMMIT, or
+// ctx ended while it was on its way (or as it was sent: Tx cannot tell
+// the two apart), the transaction may have been
+// committed, whole, or not at all: the error wraps [ErrCommitUnknown] and
+// the cause (the driver's error, ctx.Err(), the cause with which ctx
+// ended), and not ErrUnavailable. Read what fn writes to learn the
+// outcome before doing its work again.
 //
 // Tx returns by ctx's deadline whatever the driver or fn does. When ctx
-// ends first, Tx returns at once with an error wrapping
-// [fencedlock.ErrUnavailable] and ctx.Err(); fn may still be running, in a
-// goroutine of its own, but its transaction is doomed: database/sql rolls
-// back a transaction whose ctx has ended and refuses its commit, so
-// nothing fn wrote is committed. A panic of fn after Tx has returned goes
-// on in that goroutine and ends the program, as any unrecovered panic
-// does.
+// ends first, Tx returns at once. Before the COMMIT is sent, it returns an
+// error wrapping [fencedlock.ErrUnavailable] and ctx.Err() (or the cause
+// and ctx.Err()); fn may still be running, in a goroutine of its own, but
+// its transaction is doomed: Tx sends no COMMIT once it has returned, and
+// database/sql rolls back a transaction whose ctx has ended, so nothing
+// fn wrote is committed. While the COMMIT is on its way, it returns an
+// error wrapping [ErrCommitUnknown]. A panic of fn after Tx has returned goes on
+// in that goroutine and ends the program, as any unrecovered panic does.
 //
 // fn must do its work through tx, with ctx, and must not commit or roll
 // back tx. It must not call Put, Fence or Tx, nor write through the
@@ -583,15 +679,15 @@ func (s *Store) Tx(ctx context.Context, resource string, token fencedlock.Token,
 	if fn == nil {
 		return fmt.Errorf("%w: sqlstore: Tx with a nil fn", fencedlock.ErrInvalidArgument)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return notSent(ctx, "tx", resource)
 	}
-	return boundedGated(ctx, "tx", resource, func(begin func() bool) error { return s.tx(ctx, resource, token, fn, begin) })
+	return boundedStages(ctx, "tx", resource, func(enter func(stage) bool) error { return s.tx(ctx, resource, token, fn, enter) })
 }
 
 // tx is Tx after its checks: the transaction, from taking a connection to
 // the commit.
-func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) error {
+func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, enter func(stage) bool) error {
 	// A connection of its own, so that Tx can end the transaction on it
 	// when a commit or rollback fails, or discard it: some drivers leave
 	// the transaction open then (modernc.org/sqlite after a failed
@@ -616,7 +712,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 		conn.Close()
 	}()
 	for attempt := 1; ; attempt++ {
-		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn, begin)
+		raiseFailed, err := s.txOn(ctx, conn, &discard, resource, token, fn, enter)
 		switch {
 		case !raiseFailed:
 			return err // fn's error among others, as it is
@@ -630,7 +726,7 @@ func (s *Store) tx(ctx context.Context, resource string, token fencedlock.Token,
 // when conn is to be closed instead of going back to the pool.
 // raiseFailed reports that the statements raising the fence failed, so
 // that fn has not run, and err is their error, wrapped.
-func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, begin func() bool) (raiseFailed bool, err error) {
+func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resource string, token fencedlock.Token, fn func(tx *sql.Tx) error, enter func(stage) bool) (raiseFailed bool, err error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return false, dbErr(ctx, "tx", resource, "begin: ", err)
@@ -658,21 +754,46 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 	}
 	// The fence may have come free just as ctx ended, and Tx may have
 	// given up and returned: fn must not start unbeknown to the caller.
-	// begin reports whether Tx still waits for this outcome.
-	if ctx.Err() != nil || !begin() {
+	// enter reports whether Tx still waits for this outcome.
+	if ctx.Err() != nil || !enter(inFn) {
 		return false, ended(ctx, "tx", resource)
 	}
 	if err := fn(tx); err != nil {
 		return false, err
+	}
+	// Nor the commit: a Tx that gave up while fn ran has told its caller
+	// that nothing was committed. One that gives up from here on says
+	// that the commit's outcome is unknown.
+	if ctx.Err() != nil || !enter(committing) {
+		return false, ended(ctx, "tx", resource)
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
 		if !rolledBack(ctx, err) {
 			*discard = !s.rollback(conn)
 		}
-		return false, dbErr(ctx, "tx", resource, "commit: ", err)
+		return false, commitErr(ctx, resource, err)
 	}
 	return false, nil
+}
+
+// commitErr is the error of Tx's commit on resource that failed with
+// err. database/sql returns sql.ErrTxDone when it rolled the transaction
+// back itself, ctx having ended, before it sent the COMMIT; a database
+// that answered with an error (SQLite's SQLITE_BUSY, a deferred
+// constraint of PostgreSQL) committed nothing. Otherwise, after a broken
+// connection or with ctx ended, the COMMIT may have been sent and
+// carried out: the error of commitUnknown. (database/sql also returns
+// ctx.Err() without sending when ctx ended just before the commit, which
+// a driver may return after sending too: that counts as unknown.)
+func commitErr(ctx context.Context, resource string, err error) error {
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return dbErr(ctx, "tx", resource, "commit: ", err)
+	case ctx.Err() != nil || connectionTrouble(err):
+		return commitUnknown(ctx, "tx", resource, err)
+	}
+	return dbErr(ctx, "tx", resource, "commit: ", err)
 }
 
 // raise runs the statements of Tx that raise resource's fence to token

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -604,6 +605,40 @@ func TestStaleWriteBetweenReadAndWrite(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Put refuses a value longer than MaxValueLen before it sends anything,
+// with an error wrapping ErrInvalidArgument. (The value is allocated and
+// never touched: its pages are not made resident.)
+func TestPutValueLimit(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		ctx := testCtx(t)
+		s := b.newStore(t)
+		want := map[sqlstore.Dialect]int{
+			sqlstore.SQLite:   1_000_000_000 - 4096,
+			sqlstore.Postgres: (1<<30 - 1 - 4096) / 2,
+			sqlstore.MySQL:    16<<20 - 4096, // MariaDB's default max_allowed_packet
+		}[b.dialect]
+		if got := s.MaxValueLen(); got != want {
+			t.Errorf("MaxValueLen() = %d; want %d", got, want)
+		}
+		if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Put(ctx, "r", 6, make([]byte, s.MaxValueLen()+1))
+		// Hands the pages back, so that the next large value gets fresh
+		// ones, which need no zeroing, rather than these.
+		debug.FreeOSMemory()
+		if !errors.Is(err, fencedlock.ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprintf("the longest the Store takes is %d bytes", want)) {
+			t.Errorf("Put of MaxValueLen()+1 bytes = %v; want an error wrapping ErrInvalidArgument that gives the limit", err)
+		}
+		if v, tok, err := s.Get(ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+			t.Errorf("Get = (%d bytes, %d, %v); want (\"five\", 5, nil): nothing sent", len(v), tok, err)
+		}
+	})
+	if n := (&sqlstore.Store{}).MaxValueLen(); n != 0 {
+		t.Errorf("MaxValueLen of the zero Store = %d; want 0", n)
+	}
 }
 
 // The table holds what the package documentation says: one row per

@@ -152,35 +152,109 @@ func walk(err error, f func(error) bool) bool {
 	return false
 }
 
+// where names a call of op on resource ("" for none) in an error.
+func where(op, resource string) string {
+	if resource == "" {
+		return op
+	}
+	return op + " " + names.Quote(resource)
+}
+
+// cause returns the cause with which ctx ended, when it ended with one
+// that is not just its own error (a CancelCauseFunc's argument, or
+// WithDeadlineCause's cause), and nil when ctx has not ended or ended
+// plainly.
+func cause(ctx context.Context) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		return nil
+	}
+	if c := context.Cause(ctx); c != nil && c != cerr {
+		return c
+	}
+	return nil
+}
+
+// endedWithCause is the error of a ctx that ended with a cause (see
+// cause): it wraps the cause and ctx.Err(), and says so.
+func endedWithCause(ctx context.Context, c error) error {
+	if cerr := ctx.Err(); !errors.Is(c, cerr) {
+		return fmt.Errorf("the context ended: %w (%w)", c, cerr)
+	}
+	return fmt.Errorf("the context ended: %w", c)
+}
+
+// notSent is the error of a call of op on resource whose ctx had ended
+// before it sent anything: ctx.Err() as it is, or, when ctx ended with a
+// cause, an error wrapping the cause and ctx.Err(), and not
+// fencedlock.ErrUnavailable: nothing is wrong with the database.
+func notSent(ctx context.Context, op, resource string) error {
+	c := cause(ctx)
+	if c == nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("sqlstore: %s: nothing sent: %w", where(op, resource), endedWithCause(ctx, c))
+}
+
 // dbErr wraps err, the error of a database call of op on resource, step
 // naming the part of op that failed ("" or e.g. "commit: "). When ctx has
 // ended, or err is connection trouble, the error wraps
 // fencedlock.ErrUnavailable too; when ctx has ended, it wraps ctx.Err()
 // as well: some drivers report a cancelled query with an error of their
-// own (lib/pq: "canceling statement due to user request").
+// own (lib/pq: "canceling statement due to user request"). When ctx
+// ended with a cause (see cause), the error wraps the cause and
+// ctx.Err() instead of ErrUnavailable: the call stopped because its
+// caller said so, not because the database failed.
 func dbErr(ctx context.Context, op, resource, step string, err error) error {
-	where := op
-	if resource != "" {
-		where += " " + names.Quote(resource)
+	w := where(op, resource)
+	if c := cause(ctx); c != nil {
+		return fmt.Errorf("sqlstore: %s: %s%w: %w", w, step, endedWithCause(ctx, c), err)
 	}
 	cerr := ctx.Err()
 	switch {
 	case cerr != nil && !errors.Is(err, cerr):
-		return fmt.Errorf("sqlstore: %s: %s%w: %w (%w)", where, step, fencedlock.ErrUnavailable, err, cerr)
+		return fmt.Errorf("sqlstore: %s: %s%w: %w (%w)", w, step, fencedlock.ErrUnavailable, err, cerr)
 	case cerr != nil || connectionTrouble(err):
-		return fmt.Errorf("sqlstore: %s: %s%w: %w", where, step, fencedlock.ErrUnavailable, err)
+		return fmt.Errorf("sqlstore: %s: %s%w: %w", w, step, fencedlock.ErrUnavailable, err)
 	}
-	return fmt.Errorf("sqlstore: %s: %s%w", where, step, err)
+	return fmt.Errorf("sqlstore: %s: %s%w", w, step, err)
 }
 
 // ended is the error of a call whose ctx ended before the database
-// answered: it wraps fencedlock.ErrUnavailable and ctx.Err().
+// answered: it wraps fencedlock.ErrUnavailable and ctx.Err(), or, when
+// ctx ended with a cause, the cause and ctx.Err() instead.
 func ended(ctx context.Context, op, resource string) error {
-	where := op
-	if resource != "" {
-		where += " " + names.Quote(resource)
+	if c := cause(ctx); c != nil {
+		return fmt.Errorf("sqlstore: %s: no answer from the database before %w", where(op, resource), endedWithCause(ctx, c))
 	}
-	return fmt.Errorf("sqlstore: %s: %w: no answer from the database before the context ended: %w", where, fencedlock.ErrUnavailable, ctx.Err())
+	return fmt.Errorf("sqlstore: %s: %w: no answer from the database before the context ended: %w", where(op, resource), fencedlock.ErrUnavailable, ctx.Err())
+}
+
+// commitUnknown is the error of Tx (op "tx") on resource whose COMMIT
+// may have been sent and got no answer, so that whether it committed is
+// unknown: the connection broke (err, not nil), or ctx ended while it
+// was on its way (err is then the commit's error, or nil when Tx gave up
+// waiting for it). It wraps ErrCommitUnknown and err, and ctx.Err() and
+// the cause with which ctx ended, if any; not fencedlock.ErrUnavailable,
+// whose advice, to try again, could do fn's work twice.
+func commitUnknown(ctx context.Context, op, resource string, err error) error {
+	w := where(op, resource)
+	var why error
+	switch c := cause(ctx); {
+	case c != nil:
+		why = endedWithCause(ctx, c)
+	case ctx.Err() != nil:
+		why = fmt.Errorf("the context ended: %w", ctx.Err())
+	}
+	switch {
+	case err == nil:
+		return fmt.Errorf("sqlstore: %s: %w: the COMMIT was sent, and no answer came before %w", w, ErrCommitUnknown, why)
+	case why == nil:
+		return fmt.Errorf("sqlstore: %s: %w: the connection broke during the COMMIT: %w", w, ErrCommitUnknown, err)
+	case errors.Is(err, ctx.Err()):
+		return fmt.Errorf("sqlstore: %s: %w: during the COMMIT, %w", w, ErrCommitUnknown, why)
+	}
+	return fmt.Errorf("sqlstore: %s: %w: during the COMMIT, %w: %w", w, ErrCommitUnknown, why, err)
 }
 
 // bounded runs work, which uses the database with ctx, and returns its
@@ -197,28 +271,50 @@ func ended(ctx context.Context, op, resource string) error {
 // unrecovered panic does) when the caller has returned. A work that
 // calls runtime.Goexit ends the caller's goroutine too.
 func bounded(ctx context.Context, op, resource string, work func() error) error {
-	return boundedGated(ctx, op, resource, func(func() bool) error { return work() })
+	return boundedStages(ctx, op, resource, func(func(stage) bool) error { return work() })
 }
 
-// boundedGated is bounded for a work with a step that must not begin
-// once the caller has returned (Tx's fn): work calls begin just before
-// that step, and skips it when begin returns false. begin and the
-// caller's giving up exclude each other, so the step either begins while
-// the caller still waits, or never.
-func boundedGated(ctx context.Context, op, resource string, work func(begin func() bool) error) error {
+// stage is how far Tx's work has gone, which tells what its caller,
+// giving up when ctx ends, must report.
+type stage int
+
+const (
+	// beforeCommit: nothing is committed unless the work goes on to
+	// the commit, which it does only while the caller waits.
+	beforeCommit stage = iota
+	// inFn: fn runs; the work commits only while the caller waits.
+	inFn
+	// committing: the COMMIT is on its way; whether it commits is
+	// unknown until the database answers.
+	committing
+)
+
+// boundedStages is bounded for a work with steps that must not begin
+// once the caller has returned (Tx's fn and its commit): work calls
+// enter with the stage of each just before it begins it, and skips it
+// when enter returns false. enter and the caller's giving up exclude
+// each other, so each step either begins while the caller still waits,
+// or never. A caller that gives up while the work is committing
+// returns the error of commitUnknown instead of ended.
+func boundedStages(ctx context.Context, op, resource string, work func(enter func(stage) bool) error) error {
 	if ctx.Done() == nil {
-		return work(func() bool { return true })
+		return work(func(stage) bool { return true })
 	}
 	var (
 		mu       sync.Mutex
-		gaveUp   bool // guarded by mu: the caller returned without work's outcome
+		gaveUp   bool           // guarded by mu: the caller returned without work's outcome
+		reached  = beforeCommit // guarded by mu: the last stage work entered
 		finished = make(chan struct{})
 		out      outcome // guarded by mu: work's outcome, set before finished is closed
 	)
-	begin := func() bool {
+	enter := func(s stage) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return !gaveUp
+		if gaveUp {
+			return false
+		}
+		reached = s
+		return true
 	}
 	go func() {
 		normal := false
@@ -238,7 +334,7 @@ func boundedGated(ctx context.Context, op, resource string, work func(begin func
 			out = outcome{panicked: v != nil, value: v, goexit: v == nil}
 			close(finished)
 		}()
-		err := work(begin)
+		err := work(enter)
 		normal = true
 		mu.Lock()
 		defer mu.Unlock()
@@ -256,8 +352,12 @@ func boundedGated(ctx context.Context, op, resource string, work func(begin func
 		default:
 			gaveUp = true
 		}
+		at := reached
 		mu.Unlock()
-		if gaveUp {
+		switch {
+		case gaveUp && at == committing:
+			return commitUnknown(ctx, op, resource, nil)
+		case gaveUp:
 			return ended(ctx, op, resource)
 		}
 	}

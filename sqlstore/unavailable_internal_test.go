@@ -80,6 +80,8 @@ func TestDBErr(t *testing.T) {
 	ended, cancel := context.WithCancel(live)
 	cancel()
 	long := strings.Repeat("x", MaxResourceLen)
+	lost, cancelLost := context.WithCancelCause(live)
+	cancelLost(fencedlock.ErrLockLost)
 	for _, c := range []struct {
 		name        string
 		ctx         context.Context
@@ -90,6 +92,9 @@ func TestDBErr(t *testing.T) {
 		{"connection trouble", live, io.EOF, true},
 		{"ctx ended, driver's own error", ended, &pq.Error{Code: "57014"}, true},
 		{"ctx ended, ctx's error", ended, context.Canceled, true},
+		{"ctx ended with a cause, driver's own error", lost, &pq.Error{Code: "57014"}, false},
+		{"ctx ended with a cause, connection trouble", lost, io.EOF, false},
+		{"ctx ended with a cause, ctx's error", lost, context.Canceled, false},
 	} {
 		err := dbErr(c.ctx, "put", long, "", c.err)
 		if !errors.Is(err, c.err) {
@@ -100,6 +105,9 @@ func TestDBErr(t *testing.T) {
 		}
 		if c.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: %v does not wrap context.Canceled", c.name, err)
+		}
+		if c.ctx == lost && !errors.Is(err, fencedlock.ErrLockLost) {
+			t.Errorf("%s: %v does not wrap the cause with which ctx ended", c.name, err)
 		}
 		if len(err.Error()) > 300 {
 			t.Errorf("%s: a %d-byte message quotes the whole name", c.name, len(err.Error()))
@@ -164,41 +172,124 @@ func TestVictimErr(t *testing.T) {
 	}
 }
 
-// A gated step begins only while the caller of boundedGated still waits:
-// once the caller has given up at the end of ctx, begin returns false,
-// and a begin that came first is honoured.
-func TestBoundedGatedBeginsOnlyWhileTheCallerWaits(t *testing.T) {
+// A step of boundedStages begins only while its caller still waits:
+// once the caller has given up at the end of ctx, enter returns false,
+// and an enter that came first is honoured. A caller that gives up while
+// the work commits says that the commit's outcome is unknown; before,
+// that nothing came back.
+func TestBoundedStagesBeginOnlyWhileTheCallerWaits(t *testing.T) {
 	t.Run("after the caller gave up", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		returned, begun := make(chan struct{}), make(chan bool, 1)
+		returned, entered := make(chan struct{}), make(chan bool, 1)
 		cancel()
-		err := boundedGated(ctx, "tx", "r", func(begin func() bool) error {
+		err := boundedStages(ctx, "tx", "r", func(enter func(stage) bool) error {
 			<-returned // the work is held up until the caller has returned
-			begun <- begin()
+			entered <- enter(inFn)
 			return nil
 		})
 		close(returned)
-		if !errors.Is(err, fencedlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
-			t.Errorf("boundedGated with a cancelled ctx = %v; want ErrUnavailable and context.Canceled", err)
+		if !errors.Is(err, fencedlock.ErrUnavailable) || !errors.Is(err, context.Canceled) || errors.Is(err, ErrCommitUnknown) {
+			t.Errorf("boundedStages with a cancelled ctx = %v; want ErrUnavailable and context.Canceled", err)
 		}
-		if <-begun {
-			t.Error("begin returned true after the caller had returned")
+		if <-entered {
+			t.Error("enter returned true after the caller had returned")
 		}
 	})
 	t.Run("while the caller waits", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		want := errors.New("the step's error")
-		var begun bool
-		err := boundedGated(ctx, "tx", "r", func(begin func() bool) error {
-			begun = begin()
+		var entered bool
+		err := boundedStages(ctx, "tx", "r", func(enter func(stage) bool) error {
+			entered = enter(inFn) && enter(committing)
 			return want
 		})
-		if !begun {
-			t.Error("begin returned false while the caller waited")
+		if !entered {
+			t.Error("enter returned false while the caller waited")
 		}
 		if err != want {
-			t.Errorf("boundedGated = %v; want the work's own error", err)
+			t.Errorf("boundedStages = %v; want the work's own error", err)
 		}
 	})
+	for _, c := range []struct {
+		name    string
+		stage   stage
+		unknown bool
+	}{
+		{"ctx ends in fn", inFn, false},
+		{"ctx ends committing", committing, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, lost := range []error{nil, fencedlock.ErrLockLost} {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				release := make(chan struct{})
+				err := boundedStages(ctx, "tx", "r", func(enter func(stage) bool) error {
+					if !enter(c.stage) {
+						t.Error("enter returned false while the caller waited")
+					}
+					cancel(lost)
+					<-release // the step outlasts ctx
+					return nil
+				})
+				close(release)
+				if got := errors.Is(err, ErrCommitUnknown); got != c.unknown {
+					t.Errorf("cause %v: boundedStages = %v; errors.Is(ErrCommitUnknown) = %v, want %v", lost, err, got, c.unknown)
+				}
+				unavailable := lost == nil && !c.unknown
+				if got := errors.Is(err, fencedlock.ErrUnavailable); got != unavailable {
+					t.Errorf("cause %v: boundedStages = %v; errors.Is(ErrUnavailable) = %v, want %v", lost, err, got, unavailable)
+				}
+				if !errors.Is(err, context.Canceled) || lost != nil && !errors.Is(err, lost) {
+					t.Errorf("cause %v: boundedStages = %v; want it to wrap context.Canceled and the cause", lost, err)
+				}
+			}
+		})
+	}
+}
+
+// A failed commit's error says that its outcome is unknown when the
+// COMMIT may have been carried out: the connection broke, or ctx ended,
+// while it was on its way. When database/sql refused to send it, or the
+// database answered with an error, nothing was committed.
+func TestCommitErr(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(live)
+	cancel()
+	lost, cancelLost := context.WithCancelCause(live)
+	cancelLost(fencedlock.ErrLockLost)
+	for _, c := range []struct {
+		name                 string
+		ctx                  context.Context
+		err                  error
+		unknown, unavailable bool
+	}{
+		{"refused by the database", live, &pq.Error{Code: "23503"}, false, false},
+		{"SQLite busy", live, errors.New("database is locked (5) (SQLITE_BUSY)"), false, false},
+		{"connection broke", live, io.EOF, true, false},
+		{"connection broke (lib/pq)", live, driver.ErrBadConn, true, false},
+		{"connection broke (MySQL)", live, mysql.ErrInvalidConn, true, false},
+		{"rolled back by database/sql", ended, sql.ErrTxDone, false, true},
+		{"rolled back by database/sql, with a cause", lost, sql.ErrTxDone, false, false},
+		{"ctx ended", ended, context.Canceled, true, false},
+		{"ctx ended, driver's own error", ended, &pq.Error{Code: "57014"}, true, false},
+		{"ctx ended with a cause", lost, io.EOF, true, false},
+	} {
+		err := commitErr(c.ctx, "r", c.err)
+		t.Logf("%s: %v", c.name, err)
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: %v does not wrap the commit's error", c.name, err)
+		}
+		if got := errors.Is(err, ErrCommitUnknown); got != c.unknown {
+			t.Errorf("%s: errors.Is(%v, ErrCommitUnknown) = %v; want %v", c.name, err, got, c.unknown)
+		}
+		if got := errors.Is(err, fencedlock.ErrUnavailable); got != c.unavailable {
+			t.Errorf("%s: errors.Is(%v, ErrUnavailable) = %v; want %v", c.name, err, got, c.unavailable)
+		}
+		if c.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v does not wrap context.Canceled", c.name, err)
+		}
+		if c.ctx == lost && !errors.Is(err, fencedlock.ErrLockLost) {
+			t.Errorf("%s: %v does not wrap the cause with which ctx ended", c.name, err)
+		}
+	}
 }

@@ -312,3 +312,209 @@ func TestTxFnGoexit(t *testing.T) {
 		e.expectFence("r", 0)
 	})
 }
+
+// A Tx whose COMMIT is sent and gets no answer, because its ctx ends
+// while the proxy holds the answer back (with or without a cause) or
+// the connection breaks before the answer arrives, does not say that
+// nothing was committed, nor that the database is unavailable: its error
+// matches ErrCommitUnknown and the cause. The transaction was in fact
+// committed, fn's rows and the fence alike.
+func TestTxCommitOutcomeUnknown(t *testing.T) {
+	eachServer(t, testTxCommitOutcomeUnknown)
+}
+
+func testTxCommitOutcomeUnknown(t *testing.T, d sqlstore.Dialect) {
+	b, p := proxied(t, d)
+	e := newTxEnv(t, b)
+	e.mustTx("r", 5, "five")
+	token := fencedlock.Token(5)
+	for _, c := range []struct {
+		name   string
+		cause  error // nil: a plain cancel
+		broken bool  // the connection breaks instead
+	}{
+		{"ctx cancelled", nil, false},
+		{"ctx cancelled with a cause", fencedlock.ErrLockLost, false},
+		{"connection broken", nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			token++
+			ctx, cancel := context.WithCancelCause(e.ctx)
+			defer cancel(nil)
+			err := e.s.Tx(ctx, "r", token, func(tx *sql.Tx) error {
+				if err := e.insert(tx, "r", token, itoa(int64(token))); err != nil {
+					return err
+				}
+				// The COMMIT goes out next, and its answer is held
+				// back past the end of ctx, or lost with the
+				// connection.
+				if c.broken {
+					p.DropReplies(1)
+				} else {
+					p.DelayReplies(time.Second)
+					time.AfterFunc(200*time.Millisecond, func() { cancel(c.cause) })
+				}
+				return nil
+			})
+			p.DelayReplies(0)
+			t.Logf("Tx: %v", err)
+			e.expectIdle()
+			e.expectFence("r", token)
+			if !strings.HasSuffix(e.notes("r"), itoa(int64(token))) {
+				t.Fatalf("the transaction was not committed (items %q); the test needs it committed", e.notes("r"))
+			}
+			if err == nil {
+				return // the answer came after all
+			}
+			if !errors.Is(err, sqlstore.ErrCommitUnknown) {
+				t.Errorf("Tx = %v, and the transaction was committed; want nil or an error matching ErrCommitUnknown", err)
+			}
+			if errors.Is(err, fencedlock.ErrUnavailable) {
+				t.Errorf("Tx = %v matches ErrUnavailable, whose advice (try again) would do fn's work twice", err)
+			}
+			if !c.broken && !errors.Is(err, context.Canceled) {
+				t.Errorf("Tx = %v; want it to wrap context.Canceled", err)
+			}
+			if c.cause != nil && !errors.Is(err, c.cause) {
+				t.Errorf("Tx = %v; want it to wrap the cause, %v", err, c.cause)
+			}
+		})
+	}
+	e.expectNotes("r", "five,6,7,8")
+}
+
+// errCause is the cause with which the tests cancel contexts: the
+// Locker's own, when a lock is lost under Locker.Do.
+var errCause = fmt.Errorf("the term ended: %w", fencedlock.ErrLockLost)
+
+// expectCause checks that err, the error of a call stopped by a ctx
+// cancelled with errCause, wraps errCause and context.Canceled and no
+// sentinel of package fencedlock but ErrLockLost, errCause's own.
+func expectCause(t *testing.T, what string, err error) {
+	t.Helper()
+	t.Logf("%s: %v", what, err)
+	if !errors.Is(err, errCause) || !errors.Is(err, context.Canceled) {
+		t.Errorf("%s = %v; want an error wrapping the cause and context.Canceled", what, err)
+	}
+	for _, not := range []error{fencedlock.ErrUnavailable, fencedlock.ErrNotFound, fencedlock.ErrStaleToken, fencedlock.ErrInvalidArgument, fencedlock.ErrInvalidToken, sqlstore.ErrCommitUnknown} {
+		if errors.Is(err, not) {
+			t.Errorf("%s = %v; it matches %v", what, err, not)
+		}
+	}
+}
+
+// callsWith runs every call of s, and NewContext on b, each with a
+// context of its own from newCtx, and returns their errors by name. fn
+// of Tx reports on ran.
+func callsWith(t *testing.T, newCtx func() context.Context, b *backend, s *sqlstore.Store, ran chan<- struct{}) map[string]error {
+	errs := map[string]error{
+		"Put":   s.Put(newCtx(), "r", 6, []byte("six")),
+		"Fence": s.Fence(newCtx(), "r", 6),
+		"Tx":    s.Tx(newCtx(), "r", 7, func(*sql.Tx) error { ran <- struct{}{}; return nil }),
+	}
+	_, _, errs["Get"] = s.Get(newCtx(), "r")
+	_, errs["CurrentFence"] = s.CurrentFence(newCtx(), "r")
+	_, errs["NewContext"] = sqlstore.NewContext(newCtx(), b.db, b.dialect, sqlstore.WithTable(b.name(t, "fences")))
+	return errs
+}
+
+// cancelledWith returns a context cancelled with cause (nil: a plain
+// cancel), after d.
+func cancelledWith(cause error, d time.Duration) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if d == 0 {
+		cancel(cause)
+	} else {
+		time.AfterFunc(d, func() { cancel(cause) })
+	}
+	return ctx
+}
+
+// A call whose ctx ended with a cause before it began sends nothing, and
+// returns an error wrapping the cause and ctx's error, not ErrUnavailable;
+// a ctx cancelled plainly gives ctx.Err() as it is, as before (NewContext:
+// ErrUnavailable and ctx.Err()).
+func TestCallsAfterCtxEndedWithCause(t *testing.T) {
+	eachDialect(t, func(t *testing.T, b *backend) {
+		s := b.newStore(t)
+		if err := s.Put(testCtx(t), "r", 5, []byte("five")); err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan struct{}, 1)
+		withCause := func() context.Context { return cancelledWith(errCause, 0) }
+		for what, err := range callsWith(t, withCause, b, s, ran) {
+			expectCause(t, what, err)
+		}
+		plain := func() context.Context { return cancelledWith(nil, 0) } // the cause is context.Canceled
+		for what, err := range callsWith(t, plain, b, s, ran) {
+			if what == "NewContext" {
+				if !errors.Is(err, fencedlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+					t.Errorf("NewContext with a cancelled ctx = %v; want ErrUnavailable and context.Canceled", err)
+				}
+				continue
+			}
+			if err != context.Canceled {
+				t.Errorf("%s with a cancelled ctx = %v; want context.Canceled as it is", what, err)
+			}
+		}
+		select {
+		case <-ran:
+			t.Error("Tx ran fn with a ctx that had ended")
+		default:
+		}
+		if v, tok, err := s.Get(testCtx(t), "r"); err != nil || string(v) != "five" || tok != 5 {
+			t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil): nothing written", v, tok, err)
+		}
+	})
+}
+
+// A call waiting on a stalled database whose ctx is cancelled with a
+// cause returns at once with an error wrapping the cause and
+// context.Canceled, not ErrUnavailable; so does a Tx whose ctx is
+// cancelled so while fn waits on the database (as Locker.Do cancels it
+// when the lock is lost).
+func TestStalledCallsStoppedWithCause(t *testing.T) {
+	eachServer(t, func(t *testing.T, d sqlstore.Dialect) {
+		b, p := proxied(t, d)
+		e := newTxEnv(t, b)
+		e.mustTx("r", 5, "five")
+		p.Pause()
+		const after = 200 * time.Millisecond
+		ran := make(chan struct{}, 1)
+		for _, cause := range []error{errCause, nil} {
+			newCtx := func() context.Context { return cancelledWith(cause, after) }
+			start := time.Now()
+			errs := callsWith(t, newCtx, b, e.s, ran)
+			for what, err := range errs {
+				if cause != nil {
+					expectCause(t, what, err)
+				} else if !errors.Is(err, fencedlock.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+					t.Errorf("%s cancelled on a stalled database = %v; want ErrUnavailable and context.Canceled", what, err)
+				}
+			}
+			if limit := time.Duration(len(errs)) * (after + stallBudget); time.Since(start) > limit {
+				t.Errorf("%d calls cancelled %v after they began took %v; want at most %v", len(errs), after, time.Since(start).Round(time.Millisecond), limit)
+			}
+		}
+		p.Resume()
+		select {
+		case <-ran:
+			t.Error("Tx ran fn, though the raise of the fence never got an answer")
+		default:
+		}
+
+		ctx, cancel := context.WithCancelCause(context.Background())
+		err := e.s.Tx(ctx, "r", 8, func(tx *sql.Tx) error {
+			if err := e.insert(tx, "r", 8, "eight"); err != nil {
+				return err
+			}
+			p.Pause()
+			time.AfterFunc(100*time.Millisecond, func() { cancel(errCause) })
+			return e.insert(tx, "r", 8, "eight again") // stalls
+		})
+		expectCause(t, "Tx stopped in fn", err)
+		p.Resume()
+		e.expectIdle()
+		e.expectNotes("r", "five")
+	})
+}
