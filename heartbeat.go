@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/call"
 )
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
@@ -176,7 +178,7 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		cancel(context.Canceled)
 		// Within ctx, and within a second in the background once ctx
 		// has ended; a failure then is logged (see WithLogger).
-		_ = l.cleanUp(ctx, resource, "release after Do", cleanupTimeout, lock.Release)
+		_ = l.cleanups.Run(ctx, resource, "release after Do", call.Timeout, lock.Release)
 	}()
 	err = fn(fnCtx, lock)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // Info is what Redis said of a resource at one moment: see
@@ -46,8 +48,8 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
 	lockKey := keyFor(l.prefix, resource, "lock")
 	counterKey := keyFor(l.prefix, resource, "token")
 	deadlines := keyFor(l.prefix, resource, "deadlines")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return inspectScript.run(ctx, l.client, boxKeys(lockKey, counterKey, deadlines)).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return inspectScript.Run(ctx, l.client, script.Keys(lockKey, counterKey, deadlines)).Slice()
 	})
 	if err != nil {
 		return Info{}, redisErr(ctx, "inspect", resource, err, lockKey, counterKey, deadlines)

@@ -11,7 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/slot"
 )
 
 // IssueToken issues a fencing token for a lock that another library
@@ -49,9 +52,9 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 	if ownerValue == "" {
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
-	keys := boxKeys(lockKey, counter, record)
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return issueScript.run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
+	keys := script.Keys(lockKey, counter, record)
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return issueScript.Run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
@@ -125,11 +128,11 @@ func issuedKey(prefix, kind, tag, lockKey string) string {
 // when it holds no "}", else the smallest decimal number hashing to the
 // same slot.
 func slotTag(key string) string {
-	h := hashedPart(key)
+	h := slot.Hashed(key)
 	if strings.IndexByte(h, '}') < 0 {
 		return h
 	}
-	return strconv.FormatUint(uint64(slotNumber(crc16Slot(h))), 10)
+	return strconv.FormatUint(uint64(slotNumber(slot.CRC(h))), 10)
 }
 
 // slotNumbers holds, for every hash slot, the smallest number whose
@@ -139,12 +142,12 @@ var slotNumbers struct {
 	n    [16384]uint32
 }
 
-func slotNumber(slot uint16) uint32 {
+func slotNumber(n16 uint16) uint32 {
 	slotNumbers.once.Do(func() {
 		left := len(slotNumbers.n)
 		seen := make([]bool, len(slotNumbers.n))
 		for n := uint32(0); left > 0; n++ {
-			s := crc16Slot(strconv.FormatUint(uint64(n), 10))
+			s := slot.CRC(strconv.FormatUint(uint64(n), 10))
 			if !seen[s] {
 				seen[s] = true
 				slotNumbers.n[s] = n
@@ -152,7 +155,7 @@ func slotNumber(slot uint16) uint32 {
 			}
 		}
 	})
-	return slotNumbers.n[slot]
+	return slotNumbers.n[n16]
 }
 
 // The keys of an issued token expire the idle expiry after the grant's
@@ -296,18 +299,18 @@ func (l *Locker) keepIssuedKeys(tick time.Duration) {
 func (l *Locker) checkIssued(batch []dueGrant) {
 	ctx, cancel := context.WithTimeout(context.Background(), issuedKeepTimeout)
 	defer cancel()
-	cmds, err := bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
+	cmds, err := call.Bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, g := range batch {
-			cmds[i] = keepScript.run(ctx, pipe, g.keys, g.value, l.idleArg)
+			cmds[i] = keepScript.Run(ctx, pipe, g.keys, g.value, l.idleArg)
 		}
 		_, execErr := pipe.Exec(ctx)
 		for i, g := range batch {
 			err := cmds[i].Err()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				cmds[i] = keepScript.run(ctx, l.client, g.keys, g.value, l.idleArg)
+				cmds[i] = keepScript.Run(ctx, l.client, g.keys, g.value, l.idleArg)
 			case err == nil && cmds[i].Val() == nil && execErr != nil:
 				// not sent: go-redis sets the error of a pipeline that
 				// could not get a connection on none of its commands

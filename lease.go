@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/wait"
 )
 
 // Lock is a granted lock on one resource, with the fencing token of its
@@ -212,7 +215,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, errNotHeld):
 		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
-		if !unsent(err) {
+		if !call.Unsent(err) {
 			k.unknown(sent, ttl)
 		}
 		return err
@@ -237,8 +240,8 @@ func (k *Lock) certain() bool {
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return refreshScript.run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
+	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return refreshScript.Run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
@@ -294,7 +297,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := k.ended(); err != nil {
 		return err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
 	}
 	// One Release at a time: a second one waits (while its ctx lasts),
@@ -316,8 +319,8 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 		select {
 		case <-running:
 		case <-ctx.Done():
-			if cause := stopCause(ctx); cause != nil {
-				return fmt.Errorf("fencedlock: release %s: stopped while another Release of this Lock had no answer: %w", names.Quote(k.resource), ctxErr(ctx))
+			if cause := call.Cause(ctx); cause != nil {
+				return fmt.Errorf("fencedlock: release %s: stopped while another Release of this Lock had no answer: %w", names.Quote(k.resource), call.Err(ctx))
 			}
 			return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
 		}
@@ -336,7 +339,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	after := func() {}
 	switch {
 	case err != nil:
-		if !unsent(err) {
+		if !call.Unsent(err) {
 			k.uncertain = true
 		}
 		switch {
@@ -361,10 +364,11 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 }
 
 // handedOver delivers the grant that a release of k handed to owner with
-// token (see Locker.handedOn), and reports it.
+// token to its waiter, when it waits in this Locker's room, and reports
+// it.
 func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
 	l := k.locker
-	l.handedOn(k.resource, owner, token)
+	l.room.Deliver(k.resource, owner, uint64(token))
 	if l.watched() {
 		l.emit(ctx, Event{Kind: EventHandOver, Resource: k.resource, Token: token})
 	}
@@ -374,8 +378,8 @@ func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
 // whether the caller held the lock, and the owner and token of the waiter
 // the lock was handed to, if any (owner is "" if none).
 func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any) (bool, string, Token, error) {
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
 	})
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
@@ -393,22 +397,22 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
 	}
 	if published, _ := res[3].(int64); published != statusPublished {
-		k.locker.pubsubRefused("PUBLISH of a hand-over on "+k.channel, nil)
+		k.locker.room.PubSubRefused("PUBLISH of a hand-over on "+k.channel, nil, script.ACLDocs)
 	}
 	return held == statusHeld, owner, token, nil
 }
 
-// giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
+// withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
 // leaves the queue if queued (place is how long its place there may
 // still be handed the lock, 0 when not queued), releases (handing on) a
 // lock granted to the attempt meanwhile, and, with markerMS above zero,
 // sets the attempt's abandon marker for that long. An error that means
-// "not now" (see notNow) is tried again, after a pause that grows, while
+// "not now" (see call.NotNow) is tried again, after a pause that grows, while
 // ctx lasts, and at the latest right after place has passed: a release
 // may hand the place the lock until then, and a try after it passes that
 // lock on. The release script does the same whether it runs once or
-// again. Callers run it through Locker.cleanUp.
-func (k *Lock) giveUp(ctx context.Context, ms int64, place time.Duration, markerMS int64) error {
+// again. Callers run it through Locker.giveUp, as a cleanup.
+func (k *Lock) withdraw(ctx context.Context, ms int64, place time.Duration, markerMS int64) error {
 	entry, marker := "", any("")
 	if place > 0 {
 		entry = k.owner.(string) + strconv.FormatInt(ms, 10)
@@ -420,27 +424,27 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, place time.Duration, marker
 	// began: a place they renewed lapses in Redis before lapse (a copy
 	// of a lost one arriving later is refused by the marker, once set).
 	lapse := time.Now().Add(place)
-	pause := minReconnectPause
+	pause := wait.MinReconnectPause
 	for {
 		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
 		if owner != "" {
 			k.handedOver(ctx, owner, token)
 		}
-		if err == nil || !notNow(err) || ctxEnded(ctx) != nil {
+		if err == nil || !errors.Is(err, ErrUnavailable) || !call.NotNow(err) || call.Ended(ctx) != nil {
 			return err
 		}
-		wait := pause
+		d := pause
 		if left := time.Until(lapse); left > 0 {
-			wait = min(wait, left+minReconnectPause)
+			d = min(d, left+wait.MinReconnectPause)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return err
 		case <-t.C:
 		}
-		pause = min(2*pause, maxReconnectPause)
+		pause = min(2*pause, wait.MaxReconnectPause)
 	}
 }
 
@@ -457,8 +461,8 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	ms, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return pttlScript.run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Int64()
+	ms, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Int64()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])

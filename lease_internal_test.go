@@ -10,13 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock/internal/call"
 )
 
 // A waiter's cleanup that Redis keeps answering "not now" tries again
 // while its ctx lasts, and once right after the waiter's place lapsed, not
 // up to a pause later: a release may hand the place the lock until then,
 // and only a try after it passes that lock on.
-func TestGiveUpTriesOnceThePlaceLapsed(t *testing.T) {
+func TestWithdrawTriesOnceThePlaceLapsed(t *testing.T) {
 	hook := &tryAgainHook{}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // the hook answers: nothing is dialled
 	c.AddHook(hook)
@@ -24,10 +26,10 @@ func TestGiveUpTriesOnceThePlaceLapsed(t *testing.T) {
 	lock, err := New(c).newLock("r")
 	require.NoError(t, err)
 	const place = 700 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), place+cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), place+call.Timeout)
 	defer cancel()
 	start := time.Now()
-	err = lock.giveUp(ctx, 20000, place, 0)
+	err = lock.withdraw(ctx, 20000, place, 0)
 	require.Error(t, err)
 	assert.True(t, redis.HasErrorPrefix(err, "TRYAGAIN"), "the last try's error: %v", err)
 	var after []time.Duration

@@ -7,7 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // Store is a resource protected by fencing tokens. Every write carries the
@@ -82,7 +84,7 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 	if err := checkName(resource); err != nil {
 		return err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -110,7 +112,7 @@ func (s *MemoryStore) fence(ctx context.Context, resource string, token Token, r
 	if err := checkName(resource); err != nil {
 		return nil, false, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return nil, false, err
 	}
 	s.mu.Lock()
@@ -138,7 +140,7 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 	if err := checkName(resource); err != nil {
 		return nil, 0, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return nil, 0, err
 	}
 	s.mu.Lock()
@@ -229,8 +231,8 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return putScript.run(ctx, s.client, boxKeys(key), token.String(), value).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return putScript.Run(ctx, s.client, script.Keys(key), token.String(), value).Slice()
 	})
 	if err != nil {
 		return redisErr(ctx, "put", resource, err, key)
@@ -257,8 +259,8 @@ func (s *RedisStore) fence(ctx context.Context, resource string, token Token, re
 	if read {
 		readArg = "read"
 	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return fenceScript.run(ctx, s.client, boxKeys(key), token.String(), readArg).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return fenceScript.Run(ctx, s.client, script.Keys(key), token.String(), readArg).Slice()
 	})
 	if err != nil {
 		return nil, false, redisErr(ctx, "fence", resource, err, key)
@@ -317,7 +319,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
 	if err != nil {

@@ -12,8 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // DefaultTTL is the leader's lease when no WithTTL is given.
@@ -55,13 +57,13 @@ const (
 var (
 	//go:embed announce.lua
 	announceLua    string
-	announceScript = redis.NewScript(announceLua)
+	announceScript = script.New(announceLua)
 	//go:embed leader.lua
 	leaderLua    string
-	leaderScript = redis.NewScript(leaderLua)
+	leaderScript = script.New(leaderLua)
 	//go:embed keep.lua
 	keepLua    string
-	keepScript = redis.NewScript(keepLua)
+	keepScript = script.New(keepLua)
 )
 
 // Election is one office, named in Redis, that candidates campaign for
@@ -222,7 +224,7 @@ func (t *Term) keep() {
 	every := e.beat()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	keys := []string{e.lockKey, e.record}
+	keys := script.Keys(e.lockKey, e.record)
 	token := t.Token().String()
 	for {
 		select {
@@ -230,7 +232,7 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			_, _ = call(ctx, func(ctx context.Context) (int64, error) {
+			_, _ = call.Bounded(ctx, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
@@ -272,8 +274,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	status, err := call(ctx, func(ctx context.Context) (int64, error) {
-		return announceScript.Run(ctx, e.client, []string{e.lockKey, e.record},
+	status, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
 	// Recorded, the leader is announced, whether or not Redis let the
@@ -291,7 +293,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	case err == nil:
 		err = fmt.Errorf("announcing the leader: unexpected reply %d", status)
 	default:
-		err = redisErr("announcing the leader", err)
+		err = redisErr(ctx, "announcing the leader", err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 	defer cancel()
@@ -335,11 +337,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // lookup reads the leader: the lock's holder, and its value when the
 // record is the holder's (recorded).
 func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
-	res, err := call(ctx, func(ctx context.Context) ([]any, error) {
-		return leaderScript.Run(ctx, e.client, []string{e.lockKey, e.record}).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return leaderScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record)).Slice()
 	})
 	if err != nil {
-		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr("reading the leader", err))
+		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr(ctx, "reading the leader", err))
 	}
 	if len(res) != 2 {
 		return Leader{}, false, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
@@ -391,7 +393,8 @@ func parseRecord(s string) (Leader, bool) {
 // has not yet found out. A campaign that fails because Redis cannot be
 // reached ([fencedlock.ErrUnavailable]), or whose grant was lost or not
 // confirmed by replicas, is tried again after a pause that grows to 5s;
-// any other campaign error is returned.
+// any other campaign error is returned, and so is Redis's refusal of a
+// command to the client's ACL user, which no pause ends.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -409,7 +412,10 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}
-			if !errors.Is(err, fencedlock.ErrUnavailable) && !errors.Is(err, fencedlock.ErrLockLost) && !errors.Is(err, fencedlock.ErrNotReplicated) {
+			again := errors.Is(err, fencedlock.ErrUnavailable) || errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
+			if !again || script.Refusal(err, "", "") != nil {
+				// An ACL refusal is no outage: it stays until an
+				// operator changes the rule.
 				return err
 			}
 			t := time.NewTimer(wait)
@@ -466,41 +472,20 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 	return ferr
 }
 
-// call runs f, one round trip to Redis, and returns by the time ctx ends,
-// whatever the client does: go-redis does not stop waiting for a reply
-// when ctx is cancelled. f goes on in its goroutine until the client's
-// own timeouts end it.
-func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
+// redisErr is the error of a failed round trip of ctx: the ctx's cause
+// when ctx was cancelled with one before Redis answered (the caller, not
+// Redis, stopped it); [fencedlock.ErrCorrupt] when a key holds a value of
+// another type; else [fencedlock.ErrUnavailable], with the cause (an ACL
+// refusal names the refused command).
+func redisErr(ctx context.Context, what string, err error) error {
+	if cause := call.Cause(ctx); cause != nil && !call.IsReply(err) {
+		return fmt.Errorf("election: %s: stopped before Redis answered: %w", what, call.Err(ctx))
 	}
-	if ctx.Done() == nil {
-		return f(ctx)
-	}
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f(ctx)
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-}
-
-// redisErr is the error of a failed round trip: [fencedlock.ErrCorrupt]
-// when a key holds a value of another type, else
-// [fencedlock.ErrUnavailable], with the cause.
-func redisErr(what string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %s: %w", fencedlock.ErrCorrupt, what, err)
+	}
+	if acl := script.Refusal(err, "", ""); acl != nil {
+		err = acl
 	}
 	return fmt.Errorf("%w: %s: %w", fencedlock.ErrUnavailable, what, err)
 }

@@ -506,6 +506,31 @@ func TestRunWithoutPubSub(t *testing.T) {
 	})
 }
 
+// Run returns Redis's refusal of a command to the client's ACL user, at
+// once and naming the command, instead of campaigning again for ever.
+func TestRunReturnsAnACLRefusal(t *testing.T) {
+	_, user := elACLUser(t, "+@all", "-time", "~*", "&*")
+	// elACLUser's client fails the test on a script's error: this test
+	// expects one.
+	noHook := redis.NewClient(user.Options())
+	t.Cleanup(func() { noHook.Close() })
+	ctx := elCtx(t)
+	e := election.New(fencedlock.New(noHook), "office", election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+		t.Error("fn ran, though the user may not run TIME")
+		return nil
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run must not campaign again until its ctx ends")
+	assert.Contains(t, err.Error(), "TIME")
+	assert.Contains(t, err.Error(), "docs/redis.md#acl")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
 // A leader record lost while its term lasts (deleted, evicted) is written
 // again by the term within a heartbeat interval, and published: an
 // Observe started while it was missing hears it. Until then Leader

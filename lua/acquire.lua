@@ -12,8 +12,8 @@
 -- when not, where ms is how long until the lock may be free (the holder's
 -- PTTL, or the remaining life of the waiter ahead in the queue) and floor
 -- the token counter's value before this run (every grant made before it
--- has a token at or below it); {REFUSED, ABANDONED (-3)} when the attempt
--- was abandoned.
+-- has a token at or below it); {ABANDONED (2)} when the attempt was
+-- abandoned: its caller gave up on it before it arrived.
 --
 -- A run for an owner that already holds the lock returns its grant again
 -- with its TTL renewed: a client that lost the reply and sent the command
@@ -28,7 +28,7 @@
 -- so an error leaves neither a lock nor a raised counter.
 local waiting = ARGV[3] ~= ''
 local entry = ARGV[1] .. ARGV[2]
-local GRANTED, REFUSED, ABANDONED = 1, 0, -3
+local GRANTED, REFUSED, ABANDONED = 1, 0, 2
 
 -- Refuses the attempt; a waiter takes or keeps its place in the queue.
 local function refuse(ms)
@@ -49,7 +49,7 @@ if present == 0 then
   return {GRANTED, t}
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then
-  return {REFUSED, ABANDONED}
+  return {ABANDONED}
 end
 local held = redis.call('GET', KEYS[1])
 if held then
