@@ -184,6 +184,9 @@
 //
 //   - [WithPrefix], [DefaultPrefix], [MaxResourceLen]: the namespace of the
 //     keys, and the longest resource name.
+//   - [Locker.Key], [Locker.Client]: a key of your own beside a resource's
+//     lock keys, in their hash slot, and the client to reach it (package
+//     election keeps its leader record so).
 //   - [WithIdleExpiry], [DefaultIdleExpiry]: when an idle resource's keys
 //     go.
 //   - [WithReplicas]: wait for replicas to confirm each grant.

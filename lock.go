@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock/internal/call"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
 	"github.com/fencedlock/fencedlock/internal/wait"
@@ -138,6 +137,36 @@ func isNil(v any) bool {
 
 func (l *Locker) key(resource, kind string) string {
 	return keyFor(l.prefix, resource, kind)
+}
+
+// Client returns the client the Locker was made with, so that code that
+// keeps its own keys beside the locks (package election, a RedisStore)
+// shares its connections, its ACL user and its topology.
+func (l *Locker) Client() redis.UniversalClient {
+	if l == nil {
+		return nil
+	}
+	return l.client
+}
+
+// Key returns the name of the key "<prefix>:{<resource>}:<suffix>" (or
+// "{<resource>}:<suffix>" with the empty prefix): a key beside resource's
+// lock keys, under the Locker's prefix and in their Redis Cluster hash
+// slot, so that a script of your own may touch it together with them. Its
+// error wraps ErrInvalidArgument when the Locker's calls on resource
+// would (an empty or too long name, an empty hash tag, a Locker not made
+// by New), or when suffix is empty. The suffixes the Locker uses itself
+// are listed in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md#keys:
+// use others for keys of your own.
+func (l *Locker) Key(resource, suffix string) (string, error) {
+	if err := l.check(resource); err != nil {
+		return "", err
+	}
+	if suffix == "" {
+		return "", invalidArg("empty key suffix for resource %s", names.Quote(resource))
+	}
+	return l.key(resource, suffix), nil
 }
 
 func keyFor(prefix, resource, kind string) string {
@@ -283,11 +312,4 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 		return redisErr(ctx, "advance", name, err, key)
 	}
 	return nil
-}
-
-func init() {
-	link.Locker = func(v any) link.Internals {
-		l := v.(*Locker)
-		return link.Internals{Client: l.client, Key: l.key, Check: l.check}
-	}
 }

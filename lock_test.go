@@ -730,3 +730,34 @@ func TestResourceNameLimit(t *testing.T) {
 		assert.Less(t, len(err.Error()), 400, "%.400s", err)
 	})
 }
+
+// Locker.Key names keys beside a resource's lock keys, in their hash
+// slot, and refuses what the Locker's calls would refuse.
+func TestLockerKey(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // nothing is sent
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix("app"))
+	k, err := l.Key("orders", "leader")
+	require.NoError(t, err)
+	assert.Equal(t, "app:{orders}:leader", k)
+	assert.Equal(t, fencedlock.HashSlot(l.LockKey("orders")), fencedlock.HashSlot(k), "the lock key's slot")
+	k, err = fencedlock.New(c, fencedlock.WithPrefix("")).Key("orders", "x")
+	require.NoError(t, err)
+	assert.Equal(t, "{orders}:x", k)
+	assert.Same(t, c, l.Client())
+
+	for name, call := range map[string]func() (string, error){
+		"empty resource": func() (string, error) { return l.Key("", "x") },
+		"empty suffix":   func() (string, error) { return l.Key("orders", "") },
+		"empty hash tag": func() (string, error) { return l.Key("}orders", "x") },
+		"too long":       func() (string, error) { return l.Key(string(make([]byte, fencedlock.MaxResourceLen+1)), "x") },
+		"zero Locker":    func() (string, error) { return (&fencedlock.Locker{}).Key("orders", "x") },
+		"nil Locker":     func() (string, error) { return (*fencedlock.Locker)(nil).Key("orders", "x") },
+		"nil client":     func() (string, error) { return fencedlock.New(nil).Key("orders", "x") },
+	} {
+		k, err := call()
+		assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, name)
+		assert.Empty(t, k, name)
+	}
+	assert.Nil(t, (*fencedlock.Locker)(nil).Client())
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/call"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
 )
@@ -112,11 +111,10 @@ func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	}
 	e.err = e.validate()
 	if e.err == nil {
-		in := link.Locker(locker)
-		e.client = in.Client
-		e.lockKey = in.Key(name, "lock")
-		e.record = in.Key(name, "leader")
-		e.channel = in.Key(name, "leaders")
+		e.client = locker.Client()
+		e.lockKey, _ = locker.Key(name, "lock") // validate checked name
+		e.record, _ = locker.Key(name, "leader")
+		e.channel, _ = locker.Key(name, "leaders")
 	}
 	return e
 }
@@ -125,7 +123,7 @@ func (e *Election) validate() error {
 	if e.locker == nil {
 		return invalid("nil Locker")
 	}
-	if err := link.Locker(e.locker).Check(e.name); err != nil {
+	if _, err := e.locker.Key(e.name, "leader"); err != nil {
 		return fmt.Errorf("election %s: %w", names.Quote(e.name), err)
 	}
 	if e.ttl < 3*time.Millisecond {

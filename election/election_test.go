@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -376,11 +375,11 @@ func TestRunErrors(t *testing.T) {
 			if atomic.AddInt32(&calls, 1) == 1 {
 				// Another owner takes the key: the heartbeat finds the
 				// term lost.
-				require.NoError(t, b.Client.Set(ctx, link.Locker(l).Key("runerr", "lock"), "thief:1", 200*time.Millisecond).Err())
+				require.NoError(t, b.Client.Set(ctx, mustKey(l.Key("runerr", "lock")), "thief:1", 200*time.Millisecond).Err())
 				<-fctx.Done()
 				cause = context.Cause(fctx)
 				// The thief goes (miniredis does not expire keys).
-				require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("runerr", "lock")).Err())
+				require.NoError(t, b.Client.Del(ctx, mustKey(l.Key("runerr", "lock"))).Err())
 				return fctx.Err()
 			}
 			return boom

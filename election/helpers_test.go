@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -94,8 +93,16 @@ func (h scriptErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // elKeys returns the keys of the election name of l: its lock, its leader
 // record, and its channel.
 func elKeys(l *fencedlock.Locker, name string) (lock, record, channel string) {
-	in := link.Locker(l)
-	return in.Key(name, "lock"), in.Key(name, "leader"), in.Key(name, "leaders")
+	return mustKey(l.Key(name, "lock")), mustKey(l.Key(name, "leader")), mustKey(l.Key(name, "leaders"))
+}
+
+// mustKey returns the key of a Locker.Key that cannot fail: a name the
+// test chose.
+func mustKey(key string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return key
 }
 
 // elNext returns the next leader that seen delivers, failing t when none

@@ -17,7 +17,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencedotel"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -168,7 +167,7 @@ func TestSpansFailures(t *testing.T) {
 		assert.GreaterOrEqual(t, wait.AsFloat64(), 30.0, "waited 30ms at least")
 		assert.LessOrEqual(t, wait.AsFloat64(), otSpanMS(waited)+otWaitSlackMS, "about the span's duration")
 
-		require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("failing", "lock")).Err())
+		require.NoError(t, b.Client.Del(ctx, mustKey(l.Key("failing", "lock"))).Err())
 		err = holder.Release(ctx)
 		require.ErrorIs(t, err, fencedlock.ErrLockLost)
 		rel := otOne(t, o, fencedotel.SpanRelease)
