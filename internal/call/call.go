@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,6 +133,26 @@ func Unsent(err error) bool {
 // never sent.
 func Unanswered(err error) bool { return !IsReply(err) && !Unsent(err) }
 
+// scriptError returns the error reply msg without Redis's "ERR", and, for
+// a command that failed inside a script, the command's own error: Redis
+// before 7 wraps it ("ERR Error running script (call to f_...):
+// @user_script:12: -READONLY You can't write..."), Redis 7 keeps its
+// code.
+func scriptError(msg string) string {
+	msg = strings.TrimPrefix(msg, "ERR ")
+	if i := strings.LastIndex(msg, "@user_script:"); i >= 0 {
+		rest := msg[i+len("@user_script:"):]
+		// " 12: -READONLY ..." or "12: -READONLY ..."
+		if j := strings.IndexByte(rest, ':'); j >= 0 {
+			rest = strings.TrimLeft(rest[j+1:], " ")
+			if strings.HasPrefix(rest, "-") {
+				return rest[1:]
+			}
+		}
+	}
+	return msg
+}
+
 // transientReplies are the error replies of Redis that mean "not now": a
 // restart (LOADING), a failover (READONLY, MASTERDOWN, NOREPLICAS), a
 // Cluster reshard or outage (CLUSTERDOWN, TRYAGAIN, MOVED, ASK), a busy
@@ -150,8 +171,9 @@ func NotNow(err error) bool {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
+		msg := scriptError(rerr.Error())
 		for _, prefix := range transientReplies {
-			if redis.HasErrorPrefix(rerr, prefix) {
+			if strings.HasPrefix(msg, prefix) && (len(msg) == len(prefix) || msg[len(prefix)] == ' ') {
 				return true
 			}
 		}

@@ -88,6 +88,12 @@ func TestNotNow(t *testing.T) {
 		{reply("ASK 3999 127.0.0.1:6381"), true},
 		{reply("BUSY Redis is busy running a script."), true},
 		{reply("NOREPLICAS Not enough good replicas to write."), true},
+		// Redis 5 and 6.2 wrap the error of a command inside a script.
+		{reply("ERR Error running script (call to f_4066): @user_script:260: @user_script: 260: -READONLY You can't write against a read only replica. "), true},
+		{reply("ERR Error running script (call to f_4066): @user_script:12: -LOADING Redis is loading the dataset in memory"), true},
+		{reply("ERR Error running script (call to f_4066): @user_script:13: @user_script: 13: The user executing the script can't run this command or subcommand"), false},
+		{reply("ERR Error running script (call to f_4066): @user_script:9: -OOM command not allowed"), false},
+		{reply("ASKING is not a reply"), false},
 		{reply("OOM command not allowed when used memory > 'maxmemory'."), false},
 		{reply("NOPERM this user has no permissions to run the 'time' command"), false},
 		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
