@@ -110,6 +110,14 @@ func (k *Lock) Err() error {
 	return k.err
 }
 
+// grant records that Redis granted the Lock, with token, for ttl, the
+// grant sent at sent (see hold). It is called once, before the Lock is
+// shared: token is not guarded by k.mu.
+func (k *Lock) grant(token Token, sent time.Time, ttl time.Duration) {
+	k.token = token
+	k.hold(sent, ttl)
+}
+
 // hold records a grant, or a refresh, of the lock for ttl, sent at sent:
 // the lock is held at least until sent+ttl, and certainly (by the
 // heartbeat's rule, see certainFor) until sent+certainFor(ttl). A success
