@@ -123,8 +123,7 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	lock.token = Token(token)
-	lock.hold(base, req.TTL)
+	lock.grant(Token(token), base, req.TTL)
 	if err := l.replicate(ctx, lock, req.TTL); err != nil {
 		return nil, withCtx(ctx, err)
 	}
@@ -240,8 +239,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if !a.Granted {
 		return nil, fmt.Errorf("%w: %s is held by another owner or promised to a waiter", ErrNotAcquired, names.Quote(resource))
 	}
-	lock.token = Token(a.Token)
-	lock.hold(sent, ttl)
+	lock.grant(Token(a.Token), sent, ttl)
 	if err := l.replicate(ctx, lock, ttl); err != nil {
 		return nil, err
 	}

@@ -56,16 +56,11 @@ func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
 // startHeartbeat starts refreshing the held Lock every interval.
 func (k *Lock) startHeartbeat(interval time.Duration) {
 	ctx, stop := context.WithCancel(context.Background())
-	k.mu.Lock()
-	if k.err != nil {
-		k.mu.Unlock()
+	kick, ok := k.attachHeartbeat(stop)
+	if !ok {
 		stop()
 		return
 	}
-	k.stop = stop
-	k.kick = make(chan struct{}, 1)
-	kick := k.kick
-	k.mu.Unlock()
 	go k.heartbeat(ctx, interval, kick)
 }
 
@@ -83,9 +78,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 	defer timer.Stop()
 	var retry time.Time // when to try again after a failed refresh
 	for {
-		k.mu.Lock()
-		base, ttl, deadline := k.base, k.ttl, k.until
-		k.mu.Unlock()
+		base, ttl, deadline := k.lease()
 		every := interval
 		if every > ttl/2 {
 			every = ttl / 3
@@ -113,7 +106,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		}
 		sent := time.Now()
 		if !sent.Before(deadline) {
-			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
+			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
 			return
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -129,7 +122,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.lost("refresh found the lock gone or taken")
 			return
 		case !time.Now().Before(deadline):
-			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
+			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
 			return
 		default:
 			k.unknown(sent, ttl)
@@ -167,13 +160,7 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		return err
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
-	lock.mu.Lock()
-	if lock.err != nil {
-		cancel(lock.err)
-	} else {
-		lock.onEnd = func(err error) { cancel(err) }
-	}
-	lock.mu.Unlock()
+	lock.onEnded(cancel)
 	defer func() {
 		cancel(context.Canceled)
 		// Within ctx, and within a second in the background once ctx

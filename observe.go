@@ -272,10 +272,7 @@ func (l *Locker) acquireEnd(ctx context.Context, start time.Time, resource strin
 	var ended error
 	if lock != nil {
 		e.Token = lock.token
-		lock.mu.Lock()
-		lock.announced = true
-		ended = lock.err
-		lock.mu.Unlock()
+		ended = lock.announce()
 	}
 	l.emit(ctx, e)
 	if ended != nil {
@@ -285,14 +282,11 @@ func (l *Locker) acquireEnd(ctx context.Context, start time.Time, resource strin
 
 // reportEnd reports the end of k, an announced Lock, for the reason err.
 func (k *Lock) reportEnd(err error) {
-	k.mu.Lock()
-	granted := k.granted
-	k.mu.Unlock()
 	outcome := OutcomeLost
 	if errors.Is(err, ErrReleased) {
 		outcome = OutcomeReleased
 	}
-	k.locker.emit(context.Background(), Event{Kind: EventLockEnd, Resource: k.resource, Token: k.token, Outcome: outcome, Duration: time.Since(granted), Err: err})
+	k.locker.emit(context.Background(), Event{Kind: EventLockEnd, Resource: k.resource, Token: k.token, Outcome: outcome, Duration: time.Since(k.grantedAt()), Err: err})
 }
 
 // ObserveStore returns a Store that passes every call to s and reports
