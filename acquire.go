@@ -36,11 +36,6 @@ const (
 	DefaultMaxRetryDelay = time.Second
 )
 
-// minQueueLife is the shortest life of a waiter's place in the Redis
-// queue, so that a waiter with a tiny TTL does not renew it in a tight
-// loop.
-const minQueueLife = 100 * time.Millisecond
-
 // WithRetryDelay bounds Acquire's fallback wait. A waiter is woken by the
 // release that hands it the lock, not by a timer; the timer only covers a
 // message lost with a broken connection, a holder that crashed, and the

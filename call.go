@@ -82,13 +82,6 @@ func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) { l.logger = logger }
 }
 
-// debug logs msg at Debug with attrs, if the Locker has a logger.
-func (l *Locker) debug(msg string, attrs ...any) {
-	if l.logger != nil {
-		l.logger.Debug(msg, attrs...)
-	}
-}
-
 // warn logs msg at Warn with the resource and attrs, if the Locker has a
 // logger.
 func (l *Locker) warn(msg, resource string, attrs ...any) {
