@@ -10,6 +10,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // abandonMarkerTTL is how long, beyond the lock's TTL, the marker of an
@@ -32,8 +33,8 @@ type acquireConfig struct {
 
 // Default bounds of the fallback wait of Acquire (see WithRetryDelay).
 const (
-	DefaultMinRetryDelay = 2 * time.Millisecond
-	DefaultMaxRetryDelay = time.Second
+	defaultMinRetryDelay = 2 * time.Millisecond
+	defaultMaxRetryDelay = time.Second
 )
 
 // WithRetryDelay bounds Acquire's fallback wait. A waiter is woken by the
@@ -41,11 +42,11 @@ const (
 // message lost with a broken connection, a holder that crashed, and the
 // renewal of the waiter's place in the queue. It fires after a third of
 // the waiter's TTL or of 100 ms, whichever is longer (the renewal of its
-// place), kept between
-// minDelay and maxDelay, or when the holder's TTL runs out, if that is
-// sooner. Defaults:
-// DefaultMinRetryDelay and DefaultMaxRetryDelay. A minDelay below 1ms is
-// raised to 1ms and a maxDelay below minDelay is raised to minDelay.
+// place), kept between minDelay and maxDelay, or when the holder's TTL
+// runs out, if that is sooner; after an error that means "not now", the
+// pause doubles from minDelay to maxDelay. The defaults are 2ms and 1s. A
+// minDelay below 1ms is raised to 1ms and a maxDelay below minDelay is
+// raised to minDelay.
 func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.minDelay, c.maxDelay = minDelay, maxDelay }
 }
@@ -75,7 +76,7 @@ func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration
 		return l.acquire(ctx, resource, ttl, opts)
 	}
 	start := time.Now()
-	ctx = l.emit(ctx, Event{Kind: EventAcquireStart, Resource: resource, TTL: ttl})
+	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Resource: resource, TTL: ttl})
 	lock, err := l.acquire(ctx, resource, ttl, opts)
 	l.acquireEnd(ctx, start, resource, ttl, lock, err)
 	return lock, err
@@ -89,7 +90,7 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	cfg := acquireConfig{minDelay: DefaultMinRetryDelay, maxDelay: DefaultMaxRetryDelay}
+	cfg := acquireConfig{minDelay: defaultMinRetryDelay, maxDelay: defaultMaxRetryDelay}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&cfg)
@@ -202,7 +203,7 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return l.tryAcquire(ctx, resource, ttl)
 	}
 	start := time.Now()
-	ctx = l.emit(ctx, Event{Kind: EventAcquireStart, Resource: resource, TTL: ttl})
+	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Resource: resource, TTL: ttl})
 	lock, err := l.tryAcquire(ctx, resource, ttl)
 	l.acquireEnd(ctx, start, resource, ttl, lock, err)
 	return lock, err

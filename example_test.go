@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The README's quick start: every write carries the lock's token, a read
@@ -603,8 +604,8 @@ func ExampleWithObserver() {
 
 	var mu sync.Mutex
 	counts := map[string]int{}
-	observer := fencedlock.ObserverFunc(func(ctx context.Context, e fencedlock.Event) context.Context {
-		if e.Outcome != fencedlock.OutcomeNone {
+	observer := observe.Func(func(ctx context.Context, e observe.Event) context.Context {
+		if e.Outcome != observe.None {
 			mu.Lock()
 			counts[e.Kind.String()+" "+e.Outcome.String()]++
 			mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/internal/call"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
@@ -128,7 +129,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
 			if l := k.locker; l.watched() {
-				l.emit(ctx, Event{Kind: EventRefreshFailed, Resource: k.resource, Token: k.token, TTL: ttl, Err: err})
+				l.emit(ctx, observe.Event{Kind: observe.RefreshFailed, Resource: k.resource, Token: uint64(k.token), TTL: ttl, Err: err})
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
 	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // Lock is a granted lock on one resource, with the fencing token of its
@@ -387,9 +388,9 @@ func (k *Lock) Release(ctx context.Context) error {
 		return k.releaseLock(ctx)
 	}
 	start := time.Now()
-	ctx = k.locker.emit(ctx, Event{Kind: EventReleaseStart, Resource: k.resource, Token: k.token})
+	ctx = k.locker.emit(ctx, observe.Event{Kind: observe.ReleaseStart, Resource: k.resource, Token: uint64(k.token)})
 	err := k.releaseLock(ctx)
-	k.locker.emit(ctx, Event{Kind: EventReleaseEnd, Resource: k.resource, Token: k.token, Duration: time.Since(start), Err: err})
+	k.locker.emit(ctx, observe.Event{Kind: observe.ReleaseEnd, Resource: k.resource, Token: uint64(k.token), Duration: time.Since(start), Err: err})
 	return err
 }
 
@@ -485,7 +486,7 @@ func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
 	l := k.locker
 	l.room.Deliver(k.resource, owner, uint64(token))
 	if l.watched() {
-		l.emit(ctx, Event{Kind: EventHandOver, Resource: k.resource, Token: token})
+		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(token)})
 	}
 }
 

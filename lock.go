@@ -17,6 +17,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
 	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // DefaultPrefix is the key prefix a Locker and a RedisStore use unless
@@ -41,14 +42,14 @@ type Locker struct {
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
-	replicas *replicaWait   // set by WithReplicas
-	idle     time.Duration  // set by WithIdleExpiry
-	idleArg  any            // idle in milliseconds, boxed once for the scripts
-	logger   *slog.Logger   // set by WithLogger
-	observer Observer       // set by WithObserver
-	cleanups *call.Cleanups // the cleanups running in the background
-	room     *wait.Room     // the goroutines waiting in Acquire, and their subscription
-	issued   issuedGrants   // the grants whose tokens' keys IssueToken keeps
+	replicas *replicaWait     // set by WithReplicas
+	idle     time.Duration    // set by WithIdleExpiry
+	idleArg  any              // idle in milliseconds, boxed once for the scripts
+	logger   *slog.Logger     // set by WithLogger
+	observer observe.Observer // set by WithObserver
+	cleanups *call.Cleanups   // the cleanups running in the background
+	room     *wait.Room       // the goroutines waiting in Acquire, and their subscription
+	issued   issuedGrants     // the grants whose tokens' keys IssueToken keeps
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,
