@@ -21,6 +21,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // aclDocsURL is where errors of refused commands point.
@@ -70,11 +71,8 @@ func TestACLRuleIsOneLine(t *testing.T) {
 // most one command (maybe more than once), so the line names it.
 func TestACLScriptLinesCallOneCommand(t *testing.T) {
 	call := regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]`)
-	files, err := filepath.Glob(filepath.Join("lua", "*.lua"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
 	calls := 0
-	for _, f := range files {
+	for _, f := range scriptFiles(t) {
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
 		for i, line := range strings.Split(string(src), "\n") {
@@ -518,6 +516,15 @@ func TestACLRuleMissingACommand(t *testing.T) {
 			_, err := l.Inspect(ctx, "hgetall")
 			return err
 		}},
+		{"get", func(ctx context.Context, c *redis.Client) error {
+			// IssueToken reads the other library's lock key with a GET
+			// that takes a key of another type for a lock not held: a
+			// GET refused is an ACL error, not a lock lost.
+			require.NoError(t, admin.Set(ctx, "locks:get", "grant", longTTL).Err())
+			l := fencedlock.New(c)
+			_, err := l.IssueToken(ctx, "locks:get", "grant")
+			return err
+		}},
 		{"hmget", func(ctx context.Context, c *redis.Client) error {
 			s := fencedlock.NewRedisStore(c)
 			_, _, err := s.Get(ctx, "hmget")
@@ -680,4 +687,121 @@ func TestACLRuleForAnotherPrefix(t *testing.T) {
 			assert.Empty(t, aclLog(t, admin))
 		})
 	}
+}
+
+// TestACLRefusedReadInAScriptIsNamedBeforeAnyWrite runs each script that
+// reads with GET (or HGET) as a user the rule refuses that command:
+// Redis's refusal comes back as an ACL error naming the command, not as
+// a missing key (a lock lost, a grant over) or a corrupt one, and the
+// script has written nothing, though some read with pcall to take a key
+// of another type for a state of their own.
+func TestACLRefusedReadInAScriptIsNamedBeforeAnyWrite(t *testing.T) {
+	srv, admin := aclServer(t)
+	rule := append(aclRule(t), "~locks:*")
+	clients := map[string]*redis.Client{}
+	for _, refused := range []string{"get", "hget"} {
+		user := "no-" + refused
+		setUser(t, admin, user, aclPassword, append(rule, "-"+refused)...)
+		clients[refused] = userClient(t, srv, user, aclPassword, false)
+	}
+	const p = "fencedlock:{r}:"
+	lockKey, counter, queue, deadlines, marker := p+"lock", p+"token", p+"queue", p+"deadlines", p+"abandoned"
+	for _, tc := range []struct {
+		file    string
+		refused string
+		keys    []string
+		args    []any
+		setup   func(ctx context.Context)
+	}{
+		// the counter behind the clock: the fast path reads it
+		{"lua/acquire.lua", "get", []string{lockKey, counter, queue, deadlines, marker}, []any{"me:", "30000", "", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, counter, "12345", 0).Err())
+		}},
+		// the caller's lock, its queue entry to remove and a marker to
+		// set: nothing is removed or set
+		{"lua/release.lua", "get", []string{lockKey, counter, queue, deadlines, marker}, []any{"me:", p + "ch", "me:30000", "5000", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+			require.NoError(t, admin.ZAdd(ctx, queue, redis.Z{Score: 1, Member: "me:30000"}).Err())
+			require.NoError(t, admin.HSet(ctx, deadlines, "me:30000", time.Now().Add(time.Hour).UnixMilli()).Err())
+		}},
+		{"lua/refresh.lua", "get", []string{lockKey, counter}, []any{"me:", "60000", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+			require.NoError(t, admin.Set(ctx, counter, "7", longTTL).Err())
+		}},
+		{"lua/pttl.lua", "get", []string{lockKey}, []any{"me:"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+		{"lua/advance.lua", "get", []string{counter}, []any{"100", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, counter, "7", longTTL).Err())
+		}},
+		{"lua/issue.lua", "get", []string{"locks:{r}", counter, p + "issued"}, []any{"grant", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, "locks:{r}", "grant", longTTL).Err())
+		}},
+		{"lua/keep_issued.lua", "get", []string{"locks:{r}", counter, p + "issued"}, []any{"grant", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, "locks:{r}", "grant", longTTL).Err())
+			require.NoError(t, admin.Set(ctx, counter, "7", time.Second).Err())
+			require.NoError(t, admin.HSet(ctx, p+"issued", "v", "grant", "t", "7").Err())
+		}},
+		// the lock key's GET passes; the record's HGET is refused
+		{"lua/keep_issued.lua", "hget", []string{"locks:{r}", counter, p + "issued"}, []any{"grant", "60000"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, "locks:{r}", "grant", longTTL).Err())
+			require.NoError(t, admin.Set(ctx, counter, "7", time.Second).Err())
+			require.NoError(t, admin.HSet(ctx, p+"issued", "v", "grant", "t", "7").Err())
+			require.NoError(t, admin.PExpire(ctx, p+"issued", time.Second).Err())
+		}},
+		{"lua/inspect.lua", "get", []string{lockKey, counter, deadlines}, nil, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+		{"election/announce.lua", "get", []string{lockKey, p + "leader"}, []any{"7", "v", "60000", p + "leaders"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+		{"election/keep.lua", "get", []string{lockKey, p + "leader"}, []any{"7", "v", "60000", "1000", p + "leaders"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+		{"election/leader.lua", "get", []string{lockKey, p + "leader"}, nil, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+	} {
+		tc := tc
+		t.Run(tc.file+" without "+tc.refused, func(t *testing.T) {
+			ctx := testCtx(t)
+			require.NoError(t, admin.Del(ctx, append(tc.keys, lockKey, counter, queue, deadlines, marker)...).Err())
+			tc.setup(ctx)
+			before := keyDumps(t, admin, tc.keys)
+			src, err := os.ReadFile(tc.file)
+			require.NoError(t, err)
+			err = script.New(string(src)).Run(ctx, clients[tc.refused], script.Keys(tc.keys...), tc.args...).Err()
+			var acl *script.ACLError
+			require.ErrorAs(t, err, &acl, "the script's reply is not Redis's refusal")
+			assert.Equal(t, strings.ToUpper(tc.refused), acl.Command, "%v", err)
+			after := keyDumps(t, admin, tc.keys)
+			for i, k := range tc.keys {
+				assert.Equal(t, before[i].dump, after[i].dump, "%s was written", k)
+				assert.LessOrEqual(t, after[i].pttl, before[i].pttl, "%s's expiry was extended", k)
+			}
+		})
+	}
+}
+
+// keyDump is a key's value serialized by DUMP ("" when missing) and its
+// PTTL.
+type keyDump struct {
+	dump string
+	pttl time.Duration
+}
+
+func keyDumps(t *testing.T, c *redis.Client, keys []string) []keyDump {
+	t.Helper()
+	ctx := context.Background()
+	out := make([]keyDump, len(keys))
+	for i, k := range keys {
+		d, err := c.Dump(ctx, k).Result()
+		if err != redis.Nil {
+			require.NoError(t, err)
+		}
+		pttl, err := c.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		out[i] = keyDump{d, pttl}
+	}
+	return out
 }

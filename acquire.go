@@ -259,37 +259,59 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		return wait.Answer{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 	}
 	r, err := decodeAcquire(res)
+	if err == nil && r.status == acquireAbandoned {
+		err = errors.New("attempt was abandoned")
+	}
 	if err != nil {
 		return wait.Answer{}, fmt.Errorf("fencedlock: acquire %s: %w", names.Quote(lock.resource), err)
 	}
-	return r, nil
+	return wait.Answer{Granted: r.status == acquireGranted, Token: uint64(r.token), Wait: r.wait, Floor: uint64(r.floor)}, nil
 }
 
-// decodeAcquire reads the reply of the acquire script (see
-// lua/acquire.lua).
-func decodeAcquire(res []any) (wait.Answer, error) {
-	if len(res) < 1 {
-		return wait.Answer{}, fmt.Errorf("unexpected reply %v", res)
+// The statuses of acquire.lua's replies, named as in the script.
+const (
+	acquireRefused   = 0 // REFUSED: the lock is another's, or promised to a waiter ahead
+	acquireGranted   = 1 // GRANTED: the lock is the caller's
+	acquireAbandoned = 2 // ABANDONED: the attempt's caller gave up on it
+)
+
+// acquireReply is a reply of acquire.lua, decoded.
+type acquireReply struct {
+	status int64         // acquireGranted, acquireRefused or acquireAbandoned
+	token  Token         // granted: the lock's token
+	wait   time.Duration // refused: how long until the lock may be free
+	floor  Token         // refused: the counter before the run; 0 when the reply has none
+}
+
+// decodeAcquire decodes a reply of acquire.lua: {GRANTED, token},
+// {REFUSED, ms[, floor]} or {ABANDONED}.
+func decodeAcquire(res []any) (acquireReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
 	}
-	switch status, _ := res[0].(int64); {
-	case status == statusGranted && len(res) == 2:
+	switch {
+	case status == acquireGranted && len(res) == 2:
 		token, err := tokenFromReply(res[1])
 		if err != nil {
-			return wait.Answer{}, err
+			return acquireReply{}, err
 		}
-		return wait.Answer{Granted: true, Token: uint64(token)}, nil
-	case status == statusRefused && len(res) >= 2:
-		ms, _ := res[1].(int64)
-		// A missing or unusable counter gives no floor.
-		var floor Token
+		return acquireReply{status: status, token: token}, nil
+	case status == acquireRefused && (len(res) == 2 || len(res) == 3):
+		ms, ok := res[1].(int64)
+		if !ok {
+			break
+		}
+		r := acquireReply{status: status, wait: time.Duration(ms) * time.Millisecond}
 		if len(res) == 3 {
-			floor, _ = tokenFromReply(res[2])
+			// A counter that holds no token gives no floor.
+			r.floor, _ = tokenFromReply(res[2])
 		}
-		return wait.Answer{Wait: time.Duration(ms) * time.Millisecond, Floor: uint64(floor)}, nil
-	case status == statusAbandoned && len(res) == 1:
-		return wait.Answer{}, errors.New("attempt was abandoned")
+		return r, nil
+	case status == acquireAbandoned && len(res) == 1:
+		return acquireReply{status: status}, nil
 	}
-	return wait.Answer{}, fmt.Errorf("unexpected reply %v", res)
+	return acquireReply{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // giveUp gives up the acquire attempts of lock for ms milliseconds,

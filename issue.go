@@ -59,26 +59,53 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
 	}
-	if len(res) == 1 {
-		if n, _ := res[0].(int64); n == 0 {
-			l.issued.forget(lockKey, ownerValue)
-			return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
-		}
-	}
-	var pttl int64
-	ok := len(res) == 3
-	if ok {
-		pttl, ok = res[2].(int64)
-	}
-	if !ok {
-		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: unexpected reply %v", names.Quote(lockKey), res)
-	}
-	token, err := tokenFromReply(res[1])
+	r, err := decodeIssue(res)
 	if err != nil {
 		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: %w", names.Quote(lockKey), err)
 	}
-	l.keepIssued(lockKey, ownerValue, keys, pttl)
-	return token, nil
+	if r.status == issueNotHeld {
+		l.issued.forget(lockKey, ownerValue)
+		return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
+	}
+	l.keepIssued(lockKey, ownerValue, keys, r.pttl)
+	return r.token, nil
+}
+
+// The statuses of issue.lua's replies, named as in the script.
+const (
+	issueNotHeld = 0 // NOT_HELD: the lock key does not hold the owner value
+	issueIssued  = 1 // ISSUED: the grant's token
+)
+
+// issueReply is a reply of issue.lua, decoded.
+type issueReply struct {
+	status int64 // issueIssued or issueNotHeld
+	token  Token // issued: the grant's token
+	pttl   int64 // issued: the lock key's PTTL in milliseconds (-1: no expiry)
+}
+
+// decodeIssue decodes a reply of issue.lua: {ISSUED, token, pttl} or
+// {NOT_HELD}.
+func decodeIssue(res []any) (issueReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case status == issueNotHeld && len(res) == 1:
+		return issueReply{status: status}, nil
+	case status == issueIssued && len(res) == 3:
+		pttl, ok := res[2].(int64)
+		if !ok {
+			break
+		}
+		token, err := tokenFromReply(res[1])
+		if err != nil {
+			return issueReply{}, err
+		}
+		return issueReply{status: status, token: token, pttl: pttl}, nil
+	}
+	return issueReply{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // AdvanceIssued raises the counter of the tokens IssueToken issues for
@@ -303,14 +330,14 @@ func (l *Locker) checkIssued(batch []dueGrant) {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, g := range batch {
-			cmds[i] = keepScript.Run(ctx, pipe, g.keys, g.value, l.idleArg)
+			cmds[i] = keepIssuedScript.Run(ctx, pipe, g.keys, g.value, l.idleArg)
 		}
 		_, execErr := pipe.Exec(ctx)
 		for i, g := range batch {
 			err := cmds[i].Err()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				cmds[i] = keepScript.Run(ctx, l.client, g.keys, g.value, l.idleArg)
+				cmds[i] = keepIssuedScript.Run(ctx, l.client, g.keys, g.value, l.idleArg)
 			case err == nil && cmds[i].Val() == nil && execErr != nil:
 				// not sent: go-redis sets the error of a pipeline that
 				// could not get a connection on none of its commands
@@ -361,15 +388,42 @@ func keptFor(cmd *redis.Cmd) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	switch len(res) {
-	case 1:
-		if n, _ := res[0].(int64); n == 0 {
-			return -1, nil
-		}
-	case 2:
+	r, err := decodeKeepIssued(res)
+	if err != nil {
+		return 0, fmt.Errorf("fencedlock: keep the keys of an issued token: %w", err)
+	}
+	if r.status == keepIssuedOver {
+		return -1, nil
+	}
+	return r.pttl, nil
+}
+
+// The statuses of keep_issued.lua's replies, named as in the script.
+const (
+	keepIssuedOver = 0 // OVER: the grant no longer holds its lock key
+	keepIssuedKept = 1 // KEPT: the keys are kept as long as the lock key
+)
+
+// keepIssuedReply is a reply of keep_issued.lua, decoded.
+type keepIssuedReply struct {
+	status int64 // keepIssuedKept or keepIssuedOver
+	pttl   int64 // kept: the lock key's PTTL in milliseconds (-1: no expiry)
+}
+
+// decodeKeepIssued decodes a reply of keep_issued.lua: {KEPT, pttl} or
+// {OVER}.
+func decodeKeepIssued(res []any) (keepIssuedReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case status == keepIssuedOver && len(res) == 1:
+		return keepIssuedReply{status: status}, nil
+	case status == keepIssuedKept && len(res) == 2:
 		if pttl, ok := res[1].(int64); ok {
-			return pttl, nil
+			return keepIssuedReply{status: status, pttl: pttl}, nil
 		}
 	}
-	return 0, fmt.Errorf("fencedlock: keep the keys of an issued token: unexpected reply %v", res)
+	return keepIssuedReply{}, fmt.Errorf("unexpected reply %v", res)
 }

@@ -349,7 +349,11 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
 	}
-	if n != statusHeld {
+	r, err := decodeRefresh(n)
+	if err != nil {
+		return fmt.Errorf("fencedlock: refresh %s: %w", names.Quote(k.resource), err)
+	}
+	if r != refreshHeld {
 		return errNotHeld
 	}
 	return nil
@@ -500,22 +504,14 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
-	if len(res) != 1 && len(res) != 4 {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
+	r, err := decodeRelease(res)
+	if err != nil {
+		return false, "", 0, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
 	}
-	held, _ := res[0].(int64)
-	if len(res) == 1 {
-		return held == statusHeld, "", 0, nil
-	}
-	owner, _ := res[1].(string)
-	token, err := tokenFromReply(res[2])
-	if err != nil || owner == "" {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
-	}
-	if published, _ := res[3].(int64); published != statusPublished {
+	if r.owner != "" && !r.published {
 		k.locker.room.PubSubRefused("PUBLISH of a hand-over on "+k.channel, nil, script.ACLDocs)
 	}
-	return held == statusHeld, owner, token, nil
+	return r.held, r.owner, r.token, nil
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -577,19 +573,23 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	ms, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
-		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Int64()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])
 	}
-	if ms == statusNotOwner {
+	r, err := decodePTTL(res)
+	if err != nil {
+		return 0, fmt.Errorf("fencedlock: ttl %s: %w", names.Quote(k.resource), err)
+	}
+	if r.status == pttlNotOwner {
 		return 0, k.notHeld(ctx, "the lock is gone or taken")
 	}
-	if ms < 0 {
-		return 0, fmt.Errorf("%w: ttl %s: lock key %s has no expiry (pttl %d)", ErrCorrupt, names.Quote(k.resource), names.Quote(k.keys[keyLock]), ms)
+	if r.pttl < 0 {
+		return 0, fmt.Errorf("%w: ttl %s: lock key %s has no expiry (pttl %d)", ErrCorrupt, names.Quote(k.resource), names.Quote(k.keys[keyLock]), r.pttl)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(r.pttl) * time.Millisecond, nil
 }
 
 func (k *Lock) check() error {

@@ -306,11 +306,30 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 	if floor == 0 || floor > maxFloor {
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	_, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+	res, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
 		return advanceScript.Run(ctx, l.client, script.Keys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
 		return redisErr(ctx, "advance", name, err, key)
 	}
+	if _, err := decodeAdvance(res, floor); err != nil {
+		return fmt.Errorf("fencedlock: advance %s %s: %w", what, names.Quote(name), err)
+	}
 	return nil
+}
+
+// advanceReply is the reply of advance.lua, decoded.
+type advanceReply struct {
+	counter Token // the counter's value afterwards
+}
+
+// decodeAdvance decodes the reply of advance.lua for floor: the counter's
+// value, at or above floor.
+func decodeAdvance(res any, floor Token) (advanceReply, error) {
+	if s, ok := res.(string); ok {
+		if c, err := ParseToken(s); err == nil && c >= floor {
+			return advanceReply{counter: c}, nil
+		}
+	}
+	return advanceReply{}, fmt.Errorf("unexpected reply %v", res)
 }

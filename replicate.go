@@ -129,7 +129,7 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration
 	if err != nil {
 		return redisErr(ctx, "acquire", k.resource, err, k.keys[keyLock])
 	}
-	if n != statusHeld {
+	if r, err := decodeRefresh(n); err != nil || r != refreshHeld {
 		return k.lost("the grant ended before its replicas were asked to confirm it")
 	}
 	k.hold(sent, ttl)

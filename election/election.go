@@ -46,24 +46,79 @@ const (
 // life: keep extends it once less than recordLife-extendEvery is left.
 const extendEvery = time.Hour
 
-// The replies of announce.lua.
-const (
-	announceLost        = 0 // the lock is no longer the term's: nothing written
-	announcePublished   = 1 // recorded and published
-	announceUnpublished = 2 // recorded; Redis refused the message
-)
-
+// The election's scripts, each a whole file whose header gives its keys,
+// arguments and replies; the replies are decoded below, with their
+// statuses named as in the scripts.
 var (
 	//go:embed announce.lua
 	announceLua    string
-	announceScript = script.New(announceLua)
+	announceScript = script.New(announceLua) // decodeAnnounce
 	//go:embed leader.lua
 	leaderLua    string
-	leaderScript = script.New(leaderLua)
+	leaderScript = script.New(leaderLua) // decodeLeader
 	//go:embed keep.lua
 	keepLua    string
-	keepScript = script.New(keepLua)
+	keepScript = script.New(keepLua) // decodeKeep
 )
+
+// announceReply is the reply of announce.lua.
+type announceReply int64
+
+const (
+	announceLost        announceReply = 0 // LOST: the lock is no longer the term's: nothing written
+	announcePublished   announceReply = 1 // PUBLISHED: recorded and published
+	announceUnpublished announceReply = 2 // UNPUBLISHED: recorded; Redis refused the message
+)
+
+// decodeAnnounce decodes the reply of announce.lua: LOST, PUBLISHED or
+// UNPUBLISHED.
+func decodeAnnounce(n int64) (announceReply, error) {
+	switch r := announceReply(n); r {
+	case announceLost, announcePublished, announceUnpublished:
+		return r, nil
+	}
+	return 0, fmt.Errorf("unexpected reply %d", n)
+}
+
+// keepReply is the reply of keep.lua.
+type keepReply int64
+
+const (
+	keepLost        keepReply = 0 // LOST: the lock is no longer the term's: nothing written
+	keepKept        keepReply = 1 // KEPT: the record is the term's
+	keepPublished   keepReply = 2 // PUBLISHED: the record written again, and published
+	keepUnpublished keepReply = 3 // UNPUBLISHED: written again; Redis refused the message
+)
+
+// decodeKeep decodes the reply of keep.lua: LOST, KEPT, PUBLISHED or
+// UNPUBLISHED.
+func decodeKeep(n int64) (keepReply, error) {
+	switch r := keepReply(n); r {
+	case keepLost, keepKept, keepPublished, keepUnpublished:
+		return r, nil
+	}
+	return 0, fmt.Errorf("unexpected reply %d", n)
+}
+
+// leaderReply is the reply of leader.lua: what the election's keys hold,
+// unchecked.
+type leaderReply struct {
+	lock   string // the lock key's value, "" when missing
+	record string // the leader record, "" when missing
+}
+
+// decodeLeader decodes the reply of leader.lua: {lock, record}, each
+// false when missing.
+func decodeLeader(res []any) (leaderReply, error) {
+	if len(res) == 2 {
+		lock, okLock := res[0].(string)
+		record, okRecord := res[1].(string)
+		if (okLock || res[0] == nil) && (okRecord || res[1] == nil) {
+			return leaderReply{lock: lock, record: record}, nil
+		}
+	}
+	return leaderReply{}, fmt.Errorf("unexpected reply %v", res)
+}
 
 // Election is one office, named in Redis, that candidates campaign for
 // through their Lockers. It is safe for concurrent use.
@@ -230,11 +285,18 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			_, _ = call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+			n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
 			cancel()
+			// A term Redis says is over has no record to keep; the lock's
+			// heartbeat ends it. A failed check is tried again.
+			if err == nil {
+				if r, err := decodeKeep(n); err == nil && r == keepLost {
+					return
+				}
+			}
 		}
 	}
 }
@@ -272,10 +334,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	status, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
 		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
+	var status announceReply
+	if err != nil {
+		err = redisErr(ctx, "announcing the leader", err)
+	} else if status, err = decodeAnnounce(n); err != nil {
+		err = fmt.Errorf("announcing the leader: %w", err)
+	}
 	// Recorded, the leader is announced, whether or not Redis let the
 	// message be published: Leader and Observe's polling read the record.
 	if err == nil && (status == announcePublished || status == announceUnpublished) {
@@ -285,13 +353,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	// Not announced: the term ends here, and the next candidate is
 	// elected.
-	switch {
-	case err == nil && status == announceLost:
+	if err == nil { // announceLost
 		err = fmt.Errorf("%w: the term ended before it was announced", fencedlock.ErrLockLost)
-	case err == nil:
-		err = fmt.Errorf("announcing the leader: unexpected reply %d", status)
-	default:
-		err = redisErr(ctx, "announcing the leader", err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 	defer cancel()
@@ -341,11 +404,11 @@ func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err err
 	if err != nil {
 		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr(ctx, "reading the leader", err))
 	}
-	if len(res) != 2 {
-		return Leader{}, false, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
+	r, err := decodeLeader(res)
+	if err != nil {
+		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), err)
 	}
-	held, _ := res[0].(string)
-	record, _ := res[1].(string)
+	held, record := r.lock, r.record
 	if held == "" {
 		return Leader{}, false, fmt.Errorf("%w: election %s", ErrNoLeader, names.Quote(e.name))
 	}
