@@ -1,12 +1,25 @@
+// Package wait is the waiting room of a Locker: the goroutines waiting
+// for locks, queued per resource in the process, the one of each queue
+// that contends in Redis, its fallback timer, and the pub/sub connection
+// that delivers the grants releases hand over. How it works, for users,
+// is in https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md.
+//
+// Three words name three things here: an attempt Redis refused
+// (refused: the lock is held, or promised to a waiter ahead); a waiter
+// that gave up (its ctx ended, or an error ended its wait); and an
+// attempt whose answer was lost (unanswered: it may have run in Redis).
 package wait
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencedlock/fencedlock/internal/call"
+	"github.com/redis/go-redis/v9"
 )
 
 // minPlaceLife is the shortest life of a waiter's place in the Redis
@@ -266,4 +279,229 @@ func withCtx(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, cerr)
+}
+
+// Room holds the waiters of one Locker. Make it with New. It is safe for
+// concurrent use.
+type Room struct {
+	client redis.UniversalClient
+	log    Log
+	warned atomic.Bool // the Warn that Redis refused pub/sub was logged
+
+	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
+	queues      map[string]*queue      // waiters by resource
+	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
+	pubsub      kind                   // learnt by probe
+	pubsubAsked time.Time              // when pubsub was learnt
+}
+
+// Log is where a Room reports what no caller hears of. Either func may be
+// nil.
+type Log struct {
+	// Warn logs once per Room that Redis refused pub/sub.
+	Warn func(msg string, attrs ...any)
+	// Debug logs a subscription connection replaced.
+	Debug func(msg string, attrs ...any)
+}
+
+// New returns the empty Room of a Locker on client.
+func New(client redis.UniversalClient, log Log) *Room {
+	return &Room{client: client, log: log}
+}
+
+// Linger is how long a resource's channel stays subscribed after its last
+// waiter left, so that waiting for it again soon costs no new
+// subscription. Tests shorten it before they start Lockers.
+var Linger = time.Second
+
+// FirstRefused reports whether the first waiter for resource has heard
+// the answer to a refused attempt, for tests.
+func (r *Room) FirstRefused(resource string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
+}
+
+// FirstSubscribed returns the owner of the first waiter for resource,
+// and whether its queue is subscribed, for tests.
+func (r *Room) FirstSubscribed(resource string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return "", false
+	}
+	return q.waiters[0].owner, q.sub != nil
+}
+
+// PubSubRefused logs, once per Room, that Redis refused what (a publish,
+// the probe or a subscription) to the Locker's user, with err when there
+// is one: waiters then learn of hand-overs by their timers, late by up to
+// their retry delay.
+func (r *Room) PubSubRefused(what string, err error, aclDocs string) {
+	if r.log.Warn == nil || !r.warned.CompareAndSwap(false, true) {
+		return
+	}
+	attrs := []any{"refused", what, "acl", aclDocs}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	r.log.Warn("fencedlock: Redis refused pub/sub to this user: waiters fall back to their timers (see the ACL section)", attrs...)
+}
+
+func (r *Room) debug(msg string, attrs ...any) {
+	if r.log.Debug != nil {
+		r.log.Debug(msg, attrs...)
+	}
+}
+
+// Deliver delivers a grant that a release handed to owner with token on
+// resource, when owner is the first waiter of its queue: the release's
+// reply (when this Locker released) or its published message carried it.
+func (r *Room) Deliver(resource, owner string, token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	w := q.waiters[0]
+	if w.granted != 0 || w.owner != owner {
+		return
+	}
+	if !w.late(token) {
+		w.granted = token
+	}
+	// A late grant still wakes the waiter: its next attempt finds out
+	// whether the grant is still its own.
+	w.nudge()
+}
+
+// pending returns ready if it is still open, else nil.
+func pending(ready chan struct{}) <-chan struct{} {
+	select {
+	case <-ready:
+		return nil
+	default:
+		return ready
+	}
+}
+
+// waiter is a goroutine waiting in Wait. Its fields past wake are guarded
+// by the Room's mu.
+type waiter struct {
+	owner   string        // the owner nonce of its lock, with its ':'
+	wake    chan struct{} // a nudge: first in the queue now, or look again
+	granted uint64        // nonzero once a release handed it the lock with this token
+	floor   uint64        // every grant made before its last refused attempt has a token at or below it
+}
+
+// queue holds a Room's waiters for one resource, first come first
+// served. Only the first contends in Redis. Its fields are guarded by the
+// Room's mu.
+type queue struct {
+	resource string
+	channel  string // where releases that hand the lock on publish
+	waiters  []*waiter
+	sub      *subscriber   // nil until the first waiter is refused
+	ready    chan struct{} // closed when the subscription to channel is confirmed
+	idle     *time.Timer   // unsubscribes after the queue stays empty
+	idleGen  uint64        // tells the idle timer of now from earlier ones
+	heard    bool          // Redis has refused an attempt of this queue's waiters
+}
+
+// nudge wakes w unless a nudge is pending already.
+func (w *waiter) nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// late reports whether a grant with token t may have been made before w's
+// last refused attempt ran (t is at or below its floor), so may have
+// ended since. Without a floor (no refusal yet, or a counter the refusal
+// could not read) every grant may be late: the waiter's next attempt
+// tells, as its script returns a grant still held by it. The Room's mu
+// is held.
+func (w *waiter) late(t uint64) bool { return w.floor == 0 || t <= w.floor }
+
+// join queues w for resource; it reports whether w is first.
+func (r *Room) join(resource, channel string, w *waiter) (*queue, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queues == nil {
+		r.queues = make(map[string]*queue)
+	}
+	q := r.queues[resource]
+	if q == nil {
+		q = &queue{resource: resource, channel: channel}
+		r.queues[resource] = q
+	}
+	if q.idle != nil {
+		q.idle.Stop()
+		q.idle = nil
+	}
+	q.waiters = append(q.waiters, w)
+	return q, len(q.waiters) == 1
+}
+
+// leave takes w out of q, if it is there, and wakes the next waiter when w
+// was first. A queue left empty is dropped, after Linger if it is
+// subscribed.
+func (r *Room) leave(q *queue, w *waiter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		copy(q.waiters[i:], q.waiters[i+1:])
+		q.waiters[len(q.waiters)-1] = nil
+		q.waiters = q.waiters[:len(q.waiters)-1]
+		if i == 0 && len(q.waiters) > 0 {
+			q.waiters[0].nudge()
+		}
+		break
+	}
+	if len(q.waiters) > 0 || q.idle != nil || r.queues[q.resource] != q {
+		return
+	}
+	if q.sub == nil {
+		delete(r.queues, q.resource)
+		return
+	}
+	q.idleGen++
+	gen := q.idleGen
+	q.idle = time.AfterFunc(Linger, func() { r.unsubscribe(q, gen) })
+}
+
+// takeGrant returns the token of the grant a release handed w, or 0, and
+// forgets it. A late grant (see waiter.late) is not returned: its message
+// came after the grant had ended.
+func (r *Room) takeGrant(w *waiter) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := w.granted
+	w.granted = 0
+	if w.late(t) {
+		return 0
+	}
+	return t
+}
+
+// refused records what w's last refused attempt learned.
+func (r *Room) refused(q *queue, w *waiter, floor uint64) {
+	r.mu.Lock()
+	w.floor = floor
+	q.heard = true
+	r.mu.Unlock()
+}
+
+// heard reports whether Redis has refused an attempt of q's waiters.
+func (r *Room) heard(q *queue) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return q.heard
 }
