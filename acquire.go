@@ -120,8 +120,10 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 		return nil, err
 	}
 	lock.grant(Token(token), base, req.TTL)
-	if err := l.replicate(ctx, lock, req.TTL); err != nil {
-		return nil, withCtx(ctx, err)
+	if l.replicas != nil {
+		if err := l.replicate(ctx, lock, req.TTL); err != nil {
+			return nil, withCtx(ctx, err)
+		}
 	}
 	if cfg.beat {
 		lock.startHeartbeat(interval)
@@ -236,8 +238,10 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return nil, fmt.Errorf("%w: %s is held by another owner or promised to a waiter", ErrNotAcquired, names.Quote(resource))
 	}
 	lock.grant(Token(a.Token), sent, ttl)
-	if err := l.replicate(ctx, lock, ttl); err != nil {
-		return nil, err
+	if l.replicas != nil {
+		if err := l.replicate(ctx, lock, ttl); err != nil {
+			return nil, err
+		}
 	}
 	return lock, nil
 }

@@ -2,6 +2,8 @@ package fencedlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -55,6 +57,43 @@ type Lock struct {
 	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
 }
+
+// newLock returns an ungranted Lock on resource with a fresh random
+// 128-bit owner nonce, hex-encoded and followed by ':', the separator
+// between the nonce and the token in the lock key's value.
+func (l *Locker) newLock(resource string) (*Lock, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
+	}
+	var hexed [len(b)*2 + 1]byte
+	hex.Encode(hexed[:], b[:])
+	hexed[len(hexed)-1] = ':'
+	owner := string(hexed[:])
+	nonce := owner[:len(owner)-1]
+	k := &Lock{locker: l, resource: resource, owner: owner}
+	// One allocation for all the names: the keys are slices of it.
+	base := keyFor(l.prefix, resource, "")
+	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
+	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
+		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
+	}
+	k.channel = all
+	for i, key := range k.keys {
+		k.keyArgs[i] = key
+	}
+	k.chanArg = k.channel
+	return k, nil
+}
+
+// Indexes into Lock.keys.
+const (
+	keyLock = iota
+	keyToken
+	keyQueue
+	keyDeadlines
+	keyMarker
+)
 
 // closedChan is the Done channel of Locks that ended before anyone asked.
 var closedChan = func() chan struct{} {

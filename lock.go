@@ -2,8 +2,6 @@ package fencedlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -236,43 +234,6 @@ func (l *Locker) ready() error {
 	}
 	return nil
 }
-
-// newLock returns an ungranted Lock on resource with a fresh random
-// 128-bit owner nonce, hex-encoded and followed by ':', the separator
-// between the nonce and the token in the lock key's value.
-func (l *Locker) newLock(resource string) (*Lock, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
-	}
-	var hexed [len(b)*2 + 1]byte
-	hex.Encode(hexed[:], b[:])
-	hexed[len(hexed)-1] = ':'
-	owner := string(hexed[:])
-	nonce := owner[:len(owner)-1]
-	k := &Lock{locker: l, resource: resource, owner: owner}
-	// One allocation for all the names: the keys are slices of it.
-	base := keyFor(l.prefix, resource, "")
-	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
-	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
-		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
-	}
-	k.channel = all
-	for i, key := range k.keys {
-		k.keyArgs[i] = key
-	}
-	k.chanArg = k.channel
-	return k, nil
-}
-
-// Indexes into Lock.keys.
-const (
-	keyLock = iota
-	keyToken
-	keyQueue
-	keyDeadlines
-	keyMarker
-)
 
 // maxFloor is the highest floor Advance takes: the counter must stay
 // below 2^63-1 for INCR to raise it.
