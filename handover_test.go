@@ -15,8 +15,9 @@ import (
 )
 
 // Hand-overs: the release that hands the lock to the first waiter and
-// wakes it, waiters that give up as the lock is handed to them, and
-// releases that must hand nothing over.
+// wakes it, waiters that give up as the lock is handed to them, releases
+// that must hand nothing over, and waiters that get only the grants
+// Redis made.
 
 // A waiter is woken by the release that hands it the lock, within
 // milliseconds, without polling: in the same Locker (the release's reply
