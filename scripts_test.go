@@ -61,20 +61,6 @@ func firstDifferentLine(a, b []byte) int {
 	return len(la) + 1
 }
 
-// scriptFiles returns every script Redis runs: the root package's and
-// election's.
-func scriptFiles(t *testing.T) []string {
-	t.Helper()
-	var files []string
-	for _, dir := range []string{"lua", "election"} {
-		f, err := filepath.Glob(filepath.Join(dir, "*.lua"))
-		require.NoError(t, err)
-		files = append(files, f...)
-	}
-	require.GreaterOrEqual(t, len(files), 13)
-	return files
-}
-
 var (
 	// a use of a key or an argument in the code
 	scriptArgRe = regexp.MustCompile(`\b(KEYS|ARGV)\[(\d+)\]`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,4 +188,38 @@ func (c *splitClient) directSubscriber(ctx context.Context, admin *redis.Client)
 		}
 	}
 	return false
+}
+
+func elCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func elLocker(b *redistest.Backend) *fencedlock.Locker {
+	return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+}
+
+// elNoGoroutinesLeft fails t if goroutines of the library or go-redis
+// subscriptions still run a second after the test's terms ended.
+func elNoGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	ours := func() []string {
+		buf := make([]byte, 1<<22)
+		var found []string
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "fencedlock/election.") || strings.Contains(g, "go-redis/v9.(*channel)") {
+				found = append(found, g)
+			}
+		}
+		return found
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(ours()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := ours(); len(left) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
 }
