@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The benchmarks run on the real redis-server the tests start;
@@ -56,7 +57,7 @@ func BenchmarkAcquireReleaseObserved(b *testing.B) {
 	try := func(ctx context.Context, l *fencedlock.Locker) (*fencedlock.Lock, error) {
 		return l.TryAcquire(ctx, "bench", 10*time.Second)
 	}
-	noop := fencedlock.ObserverFunc(func(ctx context.Context, _ fencedlock.Event) context.Context { return ctx })
+	noop := observe.Func(func(ctx context.Context, _ observe.Event) context.Context { return ctx })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
 	b.Run("none", func(b *testing.B) { benchCycleCtx(b, context.Background(), try) })
 	b.Run("noop", func(b *testing.B) { benchCycleCtx(b, context.Background(), try, fencedlock.WithObserver(noop)) })

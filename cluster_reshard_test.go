@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // These tests move a resource's hash slot between the two masters of a
@@ -157,10 +158,10 @@ type handOvers struct {
 	tokens []fencedlock.Token
 }
 
-func (h *handOvers) Observe(ctx context.Context, e fencedlock.Event) context.Context {
-	if e.Kind == fencedlock.EventHandOver {
+func (h *handOvers) Observe(ctx context.Context, e observe.Event) context.Context {
+	if e.Kind == observe.HandOver {
 		h.mu.Lock()
-		h.tokens = append(h.tokens, e.Token)
+		h.tokens = append(h.tokens, fencedlock.Token(e.Token))
 		h.mu.Unlock()
 	}
 	return ctx

@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -87,4 +88,21 @@ func TestClusterResourcesSpreadOverSlots(t *testing.T) {
 		slots[n] = true
 	}
 	assert.Greater(t, len(slots), 4)
+}
+
+// The hash slot computed for grouping subscriptions is the cluster's.
+func TestHashSlot(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	ctx := context.Background()
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { client.Close() })
+	for i, key := range []string{"", "a", "fencedlock:{order-queue}:grants", "{}x", "a{b}c{d}", "{", "}{", "x{y", "ünï", strconv.Itoa(123456789)} {
+		want, err := client.ClusterKeySlot(ctx, key).Result()
+		if key == "" {
+			// CLUSTER KEYSLOT of "" is 0, as the CRC of nothing.
+			require.NoError(t, err)
+		}
+		require.NoError(t, err, "key %d %q", i, key)
+		assert.Equal(t, want, int64(fencedlock.HashSlot(key)), "key %q", key)
+	}
 }

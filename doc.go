@@ -146,12 +146,12 @@
 //     read its remaining TTL in Redis.
 //   - [Lock.Done], [Lock.Err]: learn that the lock ended, and why.
 //   - [AcquireOption], [WithHeartbeat]: keep a lock alive while working.
-//   - [WithRetryDelay], [DefaultMinRetryDelay], [DefaultMaxRetryDelay]: how
-//     often a waiter checks on a holder that may have crashed.
+//   - [WithRetryDelay]: how often a waiter checks on a holder that may
+//     have crashed.
 //
 // Fencing:
 //
-//   - [Token], [ParseToken], [Token.String], [Token.IsZero],
+//   - [Token], [ParseToken], [Token.String],
 //     [Token.MarshalText], [Token.UnmarshalText]: a token, and its text form
 //     for headers, JSON and databases.
 //   - [Store], [CheckToken]: the contract of fenced storage, and its rule
@@ -184,6 +184,9 @@
 //
 //   - [WithPrefix], [DefaultPrefix], [MaxResourceLen]: the namespace of the
 //     keys, and the longest resource name.
+//   - [Locker.Key], [Locker.Client]: a key of your own beside a resource's
+//     lock keys, in their hash slot, and the client to reach it (package
+//     election keeps its leader record so).
 //   - [WithIdleExpiry], [DefaultIdleExpiry]: when an idle resource's keys
 //     go.
 //   - [WithReplicas]: wait for replicas to confirm each grant.
@@ -195,17 +198,8 @@
 // Observing:
 //
 //   - [WithLogger]: log what no caller hears of, through log/slog.
-//   - [WithObserver], [ObserveStore], [Observer], [ObserverFunc],
-//     [ObserverFunc.Observe]: report acquires, releases, losses, store
-//     writes and fences, for metrics and traces (module fencedotel).
-//   - [Event], [EventKind], [EventKind.String] and its kinds
-//     [EventAcquireStart], [EventAcquireEnd], [EventReleaseStart],
-//     [EventReleaseEnd], [EventHandOver], [EventLockEnd],
-//     [EventRefreshFailed], [EventStoreWriteStart], [EventStoreWriteEnd],
-//     [EventStoreFenceStart], [EventStoreFenceEnd]: what an Observer is
-//     told happened.
-//   - [Outcome], [Outcome.String] and its values [OutcomeNone],
-//     [OutcomeAcquired], [OutcomeNotAcquired], [OutcomeUnavailable],
-//     [OutcomeReleased], [OutcomeLost], [OutcomeAccepted], [OutcomeStale],
-//     [OutcomeError]: how the call or the lock ended.
+//   - [WithObserver], [ObserveStore]: report acquires, releases, losses,
+//     store writes and fences to an Observer of package
+//     [github.com/fencedlock/fencedlock/observe], for metrics and traces
+//     (module fencedotel).
 package fencedlock

@@ -1,18 +1,23 @@
 package fencedlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/fencedlock/fencedlock/internal/slot"
+	"github.com/fencedlock/fencedlock/internal/wait"
+)
 
 // SetSubscriptionLinger sets how long an idle channel stays subscribed
 // and returns a function restoring the old value. Tests set it before
 // they start Lockers, never while one is waiting.
 func SetSubscriptionLinger(d time.Duration) (restore func()) {
-	old := subscriptionLinger
-	subscriptionLinger = d
-	return func() { subscriptionLinger = old }
+	old := wait.Linger
+	wait.Linger = d
+	return func() { wait.Linger = old }
 }
 
-// HashSlot is hashSlot, for comparing with CLUSTER KEYSLOT.
-var HashSlot = hashSlot
+// HashSlot is the hash slot of a key, for comparing with CLUSTER KEYSLOT.
+var HashSlot = slot.Of
 
 // IssuedRecordKey returns the key of IssueToken's grant record.
 func (l *Locker) IssuedRecordKey(lockKey string) string {
@@ -21,12 +26,7 @@ func (l *Locker) IssuedRecordKey(lockKey string) string {
 
 // WaiterRefused reports whether the first of l's waiters for resource has
 // heard the answer to a refused attempt.
-func (l *Locker) WaiterRefused(resource string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.queues[resource]
-	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
-}
+func (l *Locker) WaiterRefused(resource string) bool { return l.room.FirstRefused(resource) }
 
 // LockKey returns the key of resource's lock.
 func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }

@@ -1,27 +1,15 @@
 package fencedlock_test
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
-
-// foWaitInSync waits until the replica's link to its master is up and it
-// has applied everything the master has sent it.
-func foWaitInSync(t testing.TB, ctx context.Context, master, replica *redis.Client) {
-	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, redistest.WaitInSync(wctx, master, replica))
-}
 
 // A failover to a replica that missed the latest grant: A is granted a
 // token on the master while replication is stalled, the replica is

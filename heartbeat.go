@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/call"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
@@ -54,16 +57,11 @@ func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
 // startHeartbeat starts refreshing the held Lock every interval.
 func (k *Lock) startHeartbeat(interval time.Duration) {
 	ctx, stop := context.WithCancel(context.Background())
-	k.mu.Lock()
-	if k.err != nil {
-		k.mu.Unlock()
+	kick, ok := k.attachHeartbeat(stop)
+	if !ok {
 		stop()
 		return
 	}
-	k.stop = stop
-	k.kick = make(chan struct{}, 1)
-	kick := k.kick
-	k.mu.Unlock()
 	go k.heartbeat(ctx, interval, kick)
 }
 
@@ -81,9 +79,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 	defer timer.Stop()
 	var retry time.Time // when to try again after a failed refresh
 	for {
-		k.mu.Lock()
-		base, ttl, deadline := k.base, k.ttl, k.until
-		k.mu.Unlock()
+		base, ttl, deadline := k.lease()
 		every := interval
 		if every > ttl/2 {
 			every = ttl / 3
@@ -111,7 +107,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		}
 		sent := time.Now()
 		if !sent.Before(deadline) {
-			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
+			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
 			return
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -127,13 +123,13 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.lost("refresh found the lock gone or taken")
 			return
 		case !time.Now().Before(deadline):
-			k.lost(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
+			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
 			return
 		default:
 			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
 			if l := k.locker; l.watched() {
-				l.emit(ctx, Event{Kind: EventRefreshFailed, Resource: k.resource, Token: k.token, TTL: ttl, Err: err})
+				l.emit(ctx, observe.Event{Kind: observe.RefreshFailed, Resource: k.resource, Token: uint64(k.token), TTL: ttl, Err: err})
 			}
 		}
 	}
@@ -165,18 +161,12 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		return err
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
-	lock.mu.Lock()
-	if lock.err != nil {
-		cancel(lock.err)
-	} else {
-		lock.onEnd = func(err error) { cancel(err) }
-	}
-	lock.mu.Unlock()
+	lock.onEnded(cancel)
 	defer func() {
 		cancel(context.Canceled)
 		// Within ctx, and within a second in the background once ctx
 		// has ended; a failure then is logged (see WithLogger).
-		_ = l.cleanUp(ctx, resource, "release after Do", cleanupTimeout, lock.Release)
+		_ = l.cleanups.Run(ctx, resource, "release after Do", call.Timeout, lock.Release)
 	}()
 	err = fn(fnCtx, lock)
 	if err != nil {

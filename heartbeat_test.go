@@ -339,3 +339,19 @@ func TestHeartbeatFollowsAShorterRefresh(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 	requireNoGoroutinesLeft(t)
 }
+
+// Do returns within its ctx even when the release after fn gets no
+// answer: the release goes on in the background.
+func TestDoKeepsItsDeadlineWhenTheReleaseStalls(t *testing.T) {
+	b := redistest.Real(t)
+	s := newStalledRedis(t, b, false)
+	returnsWithin(t, "Do", 400*time.Millisecond, func(ctx context.Context) error {
+		return s.l.Do(ctx, "do", longTTL, func(fctx context.Context, lock *fencedlock.Lock) error {
+			s.p.Pause()
+			<-fctx.Done()
+			return fctx.Err()
+		})
+	})
+	s.p.Resume()
+	requireNoGoroutinesLeftWithin(t, 10*time.Second)
+}

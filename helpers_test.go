@@ -1,7 +1,9 @@
 // Shared helpers of the root package's tests (package fencedlock_test):
 // clients and Lockers on a test backend, acquiring and awaiting locks,
-// reading keys, and waiting for observable conditions. Helpers used by
-// one test file only live in that file.
+// reading keys, waiting for observable conditions, and the users of the
+// ACL tests. Clients and hooks that provoke faults or watch commands are
+// in helpers_faults_test.go. Helpers used by one test file only live in
+// that file.
 
 package fencedlock_test
 
@@ -10,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
@@ -19,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -240,26 +245,6 @@ func awaitAcquired(t *testing.T, done <-chan acquireResult) *fencedlock.Lock {
 	}
 }
 
-// isAcquireScript reports whether cmd runs the acquire script on the resource
-// whose token counter is tokenKey: a script naming that key but not the
-// resource's channel, which the release script names.
-func isAcquireScript(cmd redis.Cmder, tokenKey string) bool {
-	name := strings.ToLower(cmd.Name())
-	if name != "eval" && name != "evalsha" {
-		return false
-	}
-	named := false
-	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok {
-			if strings.HasSuffix(s, ":grants") {
-				return false
-			}
-			named = named || s == tokenKey
-		}
-	}
-	return named
-}
-
 // acquireCall is TryAcquire or Acquire, for tests that run both.
 type acquireCall struct {
 	name string
@@ -278,34 +263,6 @@ var acquireCalls = []acquireCall{
 // lockValuePattern matches a lock key's value: the owner's 128-bit nonce in hex,
 // ':', and the token in decimal.
 var lockValuePattern = regexp.MustCompile(`^([0-9a-f]{32}):([0-9]+)$`)
-
-// stalledRedis is a Locker and a RedisStore whose client reaches b's Redis
-// through a proxy that the test stalls, and a Locker that reaches it
-// directly.
-type stalledRedis struct {
-	b      *redistest.Backend
-	p      *redistest.Proxy
-	c      *redis.Client // l's and store's, through p
-	l      *fencedlock.Locker
-	store  *fencedlock.RedisStore
-	direct *fencedlock.Locker
-}
-
-func newStalledRedis(t *testing.T, b *redistest.Backend, ctxTimeout bool) *stalledRedis {
-	t.Helper()
-	p := redistest.NewProxy(t, b.Client.Options().Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: ctxTimeout})
-	t.Cleanup(func() {
-		p.Resume()
-		c.Close()
-	})
-	return &stalledRedis{
-		b: b, p: p, c: c,
-		l:      fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)),
-		store:  fencedlock.NewRedisStore(c, fencedlock.WithStorePrefix(b.Prefix)),
-		direct: newLocker(b),
-	}
-}
 
 // requireNoGoroutinesLeftWithin is requireNoGoroutinesLeft for calls whose work
 // goes on in the background after they returned: it waits up to d.
@@ -429,43 +386,151 @@ func acquireAsync(ctx context.Context, l *fencedlock.Locker, resource string, tt
 // waiter that gets the lock was woken by the release.
 var hourRetryDelay = fencedlock.WithRetryDelay(time.Hour, time.Hour)
 
-// commandLog is a client hook that records when each script call
-// started and which script it ran, by the Lua it names in its arguments.
-type commandLog struct {
-	mu    sync.Mutex
-	calls []loggedCommand
+// grantSubscribers returns how many connections are subscribed to resource's
+// channel, by the kind of pub/sub the library uses on the server: sharded
+// where the server has it, classic elsewhere (miniredis, Redis before 7).
+func grantSubscribers(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) int64 {
+	t.Helper()
+	return channelSubscribers(t, b.Client, l, resource)
 }
 
-type loggedCommand struct {
-	at   time.Time
-	name string
-	args []any
-}
-
-func (h *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.calls = append(h.calls, loggedCommand{time.Now(), strings.ToLower(cmd.Name()), cmd.Args()})
-		h.mu.Unlock()
-		return next(ctx, cmd)
+// keyPTTL returns key's PTTL: -2 when missing, -1 without expiry.
+func keyPTTL(t *testing.T, b *redistest.Backend, key string) time.Duration {
+	t.Helper()
+	d, err := b.Client.PTTL(context.Background(), key).Result()
+	require.NoError(t, err)
+	if d < 0 {
+		return d / time.Nanosecond // go-redis returns -1ns / -2ns for -1 / -2
 	}
+	return d
 }
 
-// since returns the commands that started at or after t.
-func (h *commandLog) since(t time.Time) []loggedCommand {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []loggedCommand
-	for _, c := range h.calls {
-		if !c.at.Before(t) {
-			out = append(out, c)
+// requireUnavailable checks that err says the backend is down, not who
+// holds the lock.
+func requireUnavailable(t *testing.T, err error, what string) {
+	t.Helper()
+	require.Error(t, err, what)
+	assert.ErrorIs(t, err, fencedlock.ErrUnavailable, what)
+	assert.NotErrorIs(t, err, fencedlock.ErrNotAcquired, what)
+	assert.NotErrorIs(t, err, fencedlock.ErrLockLost, what)
+}
+
+// abandonMarkers lists the abandon markers of resource's acquire attempts: the
+// keys "<prefix>:{resource}:abandoned:<owner nonce>" left by the cleanup of
+// an attempt that got no reply and was not granted.
+func abandonMarkers(t *testing.T, b *redistest.Backend, l *fencedlock.Locker, resource string) []string {
+	t.Helper()
+	pattern := strings.TrimSuffix(l.LockKey(resource), "lock") + "abandoned:*"
+	keys, err := b.Client.Keys(context.Background(), pattern).Result()
+	require.NoError(t, err)
+	sort.Strings(keys)
+	return keys
+}
+
+// foWaitInSync waits until the replica's link to its master is up and it
+// has applied everything the master has sent it.
+func foWaitInSync(t testing.TB, ctx context.Context, master, replica *redis.Client) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, redistest.WaitInSync(wctx, master, replica))
+}
+
+// scriptFiles returns every script Redis runs: the root package's and
+// election's.
+func scriptFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, dir := range []string{"lua", "election"} {
+		f, err := filepath.Glob(filepath.Join(dir, "*.lua"))
+		require.NoError(t, err)
+		files = append(files, f...)
+	}
+	require.GreaterOrEqual(t, len(files), 13)
+	return files
+}
+
+// aclLinePrefix starts the one line of docs/redis.md's ACL section.
+const aclLinePrefix = "ACL SETUSER fencedlock on >PASSWORD "
+
+// aclRule returns the rule of the ACL section of docs/redis.md: the
+// words after aclLinePrefix on the line of its first code block.
+func aclRule(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("docs", "redis.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "\n## ACL\n")
+	require.True(t, ok, "docs/redis.md has no \"## ACL\" section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "\n```\n")
+	require.True(t, ok, "the ACL section has no code block")
+	block, _, ok = strings.Cut(block, "\n```\n")
+	require.True(t, ok, "the ACL section's code block does not end")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	require.Len(t, lines, 1, "the ACL section's code block is not one line: %q", block)
+	rule, ok := strings.CutPrefix(lines[0], aclLinePrefix)
+	require.True(t, ok, "the ACL line does not begin %q: %q", aclLinePrefix, lines[0])
+	return strings.Fields(rule)
+}
+
+// aclServer starts a redis-server of the test's own, so that the users
+// it creates stay there, and returns it with a client of its default
+// user. It skips the test on a server without ACL (Redis before 6).
+func aclServer(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	skipWithoutACL(t, admin)
+	return srv, admin
+}
+
+// skipWithoutACL skips the test when the server of c has no ACL.
+func skipWithoutACL(t *testing.T, c *redis.Client) {
+	t.Helper()
+	if err := c.Do(context.Background(), "ACL", "WHOAMI").Err(); err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			t.Skipf("this redis-server has no ACL (Redis before 6): %v", err)
 		}
+		t.Fatal(err)
 	}
-	return out
+}
+
+// setUser creates (or changes) user with password and the rule's words.
+func setUser(t *testing.T, admin *redis.Client, user, password string, rule ...string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "on", ">" + password}
+	for _, w := range rule {
+		args = append(args, w)
+	}
+	require.NoError(t, admin.Do(context.Background(), args...).Err(), "ACL SETUSER %s", strings.Join(rule, " "))
+}
+
+// userClient returns a client of srv that logs in as user. quiet sets
+// the go-redis options that keep connecting from sending commands the
+// rule does not grant (see the ACL section).
+func userClient(t *testing.T, srv *redistest.Server, user, password string, quiet bool) *redis.Client {
+	t.Helper()
+	opts := &redis.Options{Addr: srv.Addr, Username: user, Password: password}
+	if quiet {
+		opts.DisableIdentity = true
+		opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// aclPassword is the password of the tests' users.
+const aclPassword = "s3cret-of-the-test"
+
+// startReplica starts a replica of srv and waits until it is in sync.
+func startReplica(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	// No pause before a diskless full sync (Redis 7 waits 5 seconds).
+	require.NoError(t, srv.Client(t).ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err())
+	replica := redistest.Start(t, "--replicaof", host, port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, redistest.WaitInSync(ctx, srv.Client(t), replica.Client(t)))
 }

@@ -13,17 +13,6 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// keyPTTL returns key's PTTL: -2 when missing, -1 without expiry.
-func keyPTTL(t *testing.T, b *redistest.Backend, key string) time.Duration {
-	t.Helper()
-	d, err := b.Client.PTTL(context.Background(), key).Result()
-	require.NoError(t, err)
-	if d < 0 {
-		return d / time.Nanosecond // go-redis returns -1ns / -2ns for -1 / -2
-	}
-	return d
-}
-
 // passIdle lets idle pass on b: for real on a redis-server, with the
 // clocks moved on miniredis (its keys expire only when told, and TIME
 // follows SetTime).

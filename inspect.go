@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // Info is what Redis said of a resource at one moment: see
@@ -46,36 +48,68 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
 	lockKey := keyFor(l.prefix, resource, "lock")
 	counterKey := keyFor(l.prefix, resource, "token")
 	deadlines := keyFor(l.prefix, resource, "deadlines")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return inspectScript.run(ctx, l.client, boxKeys(lockKey, counterKey, deadlines)).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return inspectScript.Run(ctx, l.client, script.Keys(lockKey, counterKey, deadlines)).Slice()
 	})
 	if err != nil {
 		return Info{}, redisErr(ctx, "inspect", resource, err, lockKey, counterKey, deadlines)
 	}
-	if len(res) != 4 {
-		return Info{}, fmt.Errorf("fencedlock: inspect %s: unexpected reply %v", names.Quote(resource), res)
+	r, err := decodeInspect(res)
+	if err != nil {
+		return Info{}, fmt.Errorf("fencedlock: inspect %s: %w", names.Quote(resource), err)
 	}
 	var info Info
-	if v, ok := res[0].(string); ok {
+	if r.held {
+		v := r.lock
 		i := strings.LastIndexByte(v, ':')
 		t, err := ParseToken(v[i+1:])
 		if i < 0 || err != nil || t == 0 {
 			return Info{}, fmt.Errorf("%w: inspect %s: lock key %s holds %s, not an owner and a token", ErrCorrupt, names.Quote(resource), names.Quote(lockKey), names.Quote(v))
 		}
 		info.Held, info.Token = true, t
-		if ms, _ := res[1].(int64); ms > 0 {
-			info.TTL = time.Duration(ms) * time.Millisecond
+		if r.pttl > 0 {
+			info.TTL = time.Duration(r.pttl) * time.Millisecond
 		}
 	}
-	if n, _ := res[2].(int64); n > 0 {
-		info.Waiters = int(n)
+	if r.waiters > 0 {
+		info.Waiters = int(r.waiters)
 	}
-	if v, ok := res[3].(string); ok {
-		t, err := ParseToken(v)
+	if r.counted {
+		t, err := ParseToken(r.counter)
 		if err != nil {
-			return Info{}, fmt.Errorf("%w: inspect %s: token counter %s holds %s, not a token", ErrCorrupt, names.Quote(resource), names.Quote(counterKey), names.Quote(v))
+			return Info{}, fmt.Errorf("%w: inspect %s: token counter %s holds %s, not a token", ErrCorrupt, names.Quote(resource), names.Quote(counterKey), names.Quote(r.counter))
 		}
 		info.Counter = t
 	}
 	return info, nil
+}
+
+// inspectReply is the reply of inspect.lua, decoded: what the keys
+// hold, unchecked.
+type inspectReply struct {
+	held    bool   // the lock key exists
+	lock    string // held: its value
+	pttl    int64  // its PTTL in milliseconds (negative when free)
+	waiters int64  // how many queue entries are alive
+	counted bool   // the counter exists
+	counter string // counted: its value
+}
+
+// decodeInspect decodes the reply of inspect.lua: {lock, pttl, waiters,
+// counter}, lock and counter each false when missing.
+func decodeInspect(res []any) (inspectReply, error) {
+	var r inspectReply
+	ok := len(res) == 4
+	if ok {
+		r.lock, r.held = res[0].(string)
+		r.counter, r.counted = res[3].(string)
+		var okTTL, okWaiters bool
+		r.pttl, okTTL = res[1].(int64)
+		r.waiters, okWaiters = res[2].(int64)
+		ok = okTTL && okWaiters && (r.held || res[0] == nil) && (r.counted || res[3] == nil)
+	}
+	if !ok {
+		return inspectReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	return r, nil
 }

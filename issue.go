@@ -11,7 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/slot"
 )
 
 // IssueToken issues a fencing token for a lock that another library
@@ -49,33 +52,60 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 	if ownerValue == "" {
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
-	keys := boxKeys(lockKey, counter, record)
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return issueScript.run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
+	keys := script.Keys(lockKey, counter, record)
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return issueScript.Run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
 	}
-	if len(res) == 1 {
-		if n, _ := res[0].(int64); n == 0 {
-			l.issued.forget(lockKey, ownerValue)
-			return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
-		}
-	}
-	var pttl int64
-	ok := len(res) == 3
-	if ok {
-		pttl, ok = res[2].(int64)
-	}
-	if !ok {
-		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: unexpected reply %v", names.Quote(lockKey), res)
-	}
-	token, err := tokenFromReply(res[1])
+	r, err := decodeIssue(res)
 	if err != nil {
 		return 0, fmt.Errorf("fencedlock: issue token for lock key %s: %w", names.Quote(lockKey), err)
 	}
-	l.keepIssued(lockKey, ownerValue, keys, pttl)
-	return token, nil
+	if r.status == issueNotHeld {
+		l.issued.forget(lockKey, ownerValue)
+		return 0, fmt.Errorf("%w: lock key %s does not hold the owner value", ErrLockLost, names.Quote(lockKey))
+	}
+	l.keepIssued(lockKey, ownerValue, keys, r.pttl)
+	return r.token, nil
+}
+
+// The statuses of issue.lua's replies, named as in the script.
+const (
+	issueNotHeld = 0 // NOT_HELD: the lock key does not hold the owner value
+	issueIssued  = 1 // ISSUED: the grant's token
+)
+
+// issueReply is a reply of issue.lua, decoded.
+type issueReply struct {
+	status int64 // issueIssued or issueNotHeld
+	token  Token // issued: the grant's token
+	pttl   int64 // issued: the lock key's PTTL in milliseconds (-1: no expiry)
+}
+
+// decodeIssue decodes a reply of issue.lua: {ISSUED, token, pttl} or
+// {NOT_HELD}.
+func decodeIssue(res []any) (issueReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case status == issueNotHeld && len(res) == 1:
+		return issueReply{status: status}, nil
+	case status == issueIssued && len(res) == 3:
+		pttl, ok := res[2].(int64)
+		if !ok {
+			break
+		}
+		token, err := tokenFromReply(res[1])
+		if err != nil {
+			return issueReply{}, err
+		}
+		return issueReply{status: status, token: token, pttl: pttl}, nil
+	}
+	return issueReply{}, fmt.Errorf("unexpected reply %v", res)
 }
 
 // AdvanceIssued raises the counter of the tokens IssueToken issues for
@@ -125,11 +155,11 @@ func issuedKey(prefix, kind, tag, lockKey string) string {
 // when it holds no "}", else the smallest decimal number hashing to the
 // same slot.
 func slotTag(key string) string {
-	h := hashedPart(key)
+	h := slot.Hashed(key)
 	if strings.IndexByte(h, '}') < 0 {
 		return h
 	}
-	return strconv.FormatUint(uint64(slotNumber(crc16Slot(h))), 10)
+	return strconv.FormatUint(uint64(slotNumber(slot.CRC(h))), 10)
 }
 
 // slotNumbers holds, for every hash slot, the smallest number whose
@@ -139,12 +169,12 @@ var slotNumbers struct {
 	n    [16384]uint32
 }
 
-func slotNumber(slot uint16) uint32 {
+func slotNumber(n16 uint16) uint32 {
 	slotNumbers.once.Do(func() {
 		left := len(slotNumbers.n)
 		seen := make([]bool, len(slotNumbers.n))
 		for n := uint32(0); left > 0; n++ {
-			s := crc16Slot(strconv.FormatUint(uint64(n), 10))
+			s := slot.CRC(strconv.FormatUint(uint64(n), 10))
 			if !seen[s] {
 				seen[s] = true
 				slotNumbers.n[s] = n
@@ -152,7 +182,7 @@ func slotNumber(slot uint16) uint32 {
 			}
 		}
 	})
-	return slotNumbers.n[slot]
+	return slotNumbers.n[n16]
 }
 
 // The keys of an issued token expire the idle expiry after the grant's
@@ -296,18 +326,18 @@ func (l *Locker) keepIssuedKeys(tick time.Duration) {
 func (l *Locker) checkIssued(batch []dueGrant) {
 	ctx, cancel := context.WithTimeout(context.Background(), issuedKeepTimeout)
 	defer cancel()
-	cmds, err := bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
+	cmds, err := call.Bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, g := range batch {
-			cmds[i] = keepScript.run(ctx, pipe, g.keys, g.value, l.idleArg)
+			cmds[i] = keepIssuedScript.Run(ctx, pipe, g.keys, g.value, l.idleArg)
 		}
 		_, execErr := pipe.Exec(ctx)
 		for i, g := range batch {
 			err := cmds[i].Err()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				cmds[i] = keepScript.run(ctx, l.client, g.keys, g.value, l.idleArg)
+				cmds[i] = keepIssuedScript.Run(ctx, l.client, g.keys, g.value, l.idleArg)
 			case err == nil && cmds[i].Val() == nil && execErr != nil:
 				// not sent: go-redis sets the error of a pipeline that
 				// could not get a connection on none of its commands
@@ -358,15 +388,42 @@ func keptFor(cmd *redis.Cmd) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	switch len(res) {
-	case 1:
-		if n, _ := res[0].(int64); n == 0 {
-			return -1, nil
-		}
-	case 2:
+	r, err := decodeKeepIssued(res)
+	if err != nil {
+		return 0, fmt.Errorf("fencedlock: keep the keys of an issued token: %w", err)
+	}
+	if r.status == keepIssuedOver {
+		return -1, nil
+	}
+	return r.pttl, nil
+}
+
+// The statuses of keep_issued.lua's replies, named as in the script.
+const (
+	keepIssuedOver = 0 // OVER: the grant no longer holds its lock key
+	keepIssuedKept = 1 // KEPT: the keys are kept as long as the lock key
+)
+
+// keepIssuedReply is a reply of keep_issued.lua, decoded.
+type keepIssuedReply struct {
+	status int64 // keepIssuedKept or keepIssuedOver
+	pttl   int64 // kept: the lock key's PTTL in milliseconds (-1: no expiry)
+}
+
+// decodeKeepIssued decodes a reply of keep_issued.lua: {KEPT, pttl} or
+// {OVER}.
+func decodeKeepIssued(res []any) (keepIssuedReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case status == keepIssuedOver && len(res) == 1:
+		return keepIssuedReply{status: status}, nil
+	case status == keepIssuedKept && len(res) == 2:
 		if pttl, ok := res[1].(int64); ok {
-			return pttl, nil
+			return keepIssuedReply{status: status, pttl: pttl}, nil
 		}
 	}
-	return 0, fmt.Errorf("fencedlock: keep the keys of an issued token: unexpected reply %v", res)
+	return keepIssuedReply{}, fmt.Errorf("unexpected reply %v", res)
 }

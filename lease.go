@@ -2,13 +2,19 @@ package fencedlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // Lock is a granted lock on one resource, with the fencing token of its
@@ -36,20 +42,58 @@ type Lock struct {
 	token    Token     // zero until granted
 
 	mu        sync.Mutex         // guards the fields below
+	state     leaseState         // moved by stepLocked only
 	base      time.Time          // local time before the last successful grant or refresh was sent
 	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
 	until     time.Time          // the lock is certainly held until then, by the local clock
-	uncertain bool               // a Release or Refresh since the last success had no known outcome
-	releasing chan struct{}      // non-nil while a Release runs; closed when it ends
-	pending   error              // a loss found while a Release ran, applied if the Release fails
-	err       error              // nil while held
-	done      chan struct{}      // made on demand; closed when err is set
-	stop      context.CancelFunc // stops the heartbeat, if one runs
-	kick      chan struct{}      // tells the heartbeat that the TTL changed
-	onEnd     func(error)        // called once when err is set
 	granted   time.Time          // local time before the grant was sent
+	releasing chan struct{}      // non-nil while a Release runs; closed when it ends
+	pending   error              // a loss found while a Release runs (state leaseReleasingLost)
+	err       error              // why the Lock ended: nil until its state is released or lost
+	done      chan struct{}      // made on demand; closed when the Lock ends
+	stop      context.CancelFunc // stops the heartbeat, if one was started
+	kick      chan struct{}      // tells the heartbeat that the TTL changed
+	expiry    *time.Timer        // ends the Lock at its lease once a failed Release stopped its heartbeat; nil until then
+	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
 }
+
+// newLock returns an ungranted Lock on resource with a fresh random
+// 128-bit owner nonce, hex-encoded and followed by ':', the separator
+// between the nonce and the token in the lock key's value.
+func (l *Locker) newLock(resource string) (*Lock, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
+	}
+	var hexed [len(b)*2 + 1]byte
+	hex.Encode(hexed[:], b[:])
+	hexed[len(hexed)-1] = ':'
+	owner := string(hexed[:])
+	nonce := owner[:len(owner)-1]
+	k := &Lock{locker: l, resource: resource, owner: owner}
+	// One allocation for all the names: the keys are slices of it.
+	base := keyFor(l.prefix, resource, "")
+	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
+	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
+		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
+	}
+	k.channel = all
+	for i, key := range k.keys {
+		k.keyArgs[i] = key
+	}
+	k.chanArg = k.channel
+	return k, nil
+}
+
+// Indexes into Lock.keys.
+const (
+	keyLock = iota
+	keyToken
+	keyQueue
+	keyDeadlines
+	keyMarker
+)
 
 // closedChan is the Done channel of Locks that ended before anyone asked.
 var closedChan = func() chan struct{} {
@@ -85,7 +129,7 @@ func (k *Lock) Done() <-chan struct{} {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.done == nil {
-		if k.err != nil {
+		if k.state.ended() {
 			return closedChan
 		}
 		k.done = make(chan struct{})
@@ -106,34 +150,47 @@ func (k *Lock) Err() error {
 	return k.err
 }
 
+// grant records that Redis granted the Lock, with token, for ttl, the
+// grant sent at sent (see hold). It is called once, before the Lock is
+// shared: token is not guarded by k.mu.
+func (k *Lock) grant(token Token, sent time.Time, ttl time.Duration) {
+	k.token = token
+	k.hold(sent, ttl)
+}
+
 // hold records a grant, or a refresh, of the lock for ttl, sent at sent:
 // the lock is held at least until sent+ttl, and certainly (by the
-// heartbeat's rule, see certainFor) until sent+certainFor(ttl).
+// heartbeat's rule, see certainFor) until sent+certainFor(ttl). A success
+// sent before the last one tells nothing new.
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	if k.granted.IsZero() {
 		k.granted = sent
 	}
-	if sent.After(k.base) {
-		k.retune(ttl)
-		k.base, k.until, k.uncertain = sent, sent.Add(certainFor(ttl)), false
+	if !sent.After(k.base) {
+		k.mu.Unlock()
+		return
 	}
+	k.retune(ttl)
+	k.base, k.until = sent, sent.Add(certainFor(ttl))
+	_, after := k.stepLocked(evRenewed, nil)
 	k.mu.Unlock()
+	after.run(k)
 }
 
 // unknown records a Refresh for ttl, sent at sent, whose outcome is
 // unknown: it may have run in Redis. The Lock is no longer certainly held
 // until a Refresh succeeds, and the Refresh, if it ran, may have shortened
-// the lock to sent+ttl (it can only have run later). (A Release of
-// unknown outcome marks the Lock uncertain in Release.)
+// the lock to sent+ttl (it can only have run later).
 func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
-	k.uncertain = true
 	k.retune(ttl)
 	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
 		k.until = end
 	}
+	_, after := k.stepLocked(evRefreshUnknown, nil)
 	k.mu.Unlock()
+	after.run(k)
 }
 
 // retune sets the TTL the heartbeat refreshes with, and tells the
@@ -148,30 +205,63 @@ func (k *Lock) retune(ttl time.Duration) {
 	k.ttl = ttl
 }
 
-// endLocked marks the Lock no longer held, for the reason err, unless it
-// already ended, and closes Done; k.mu is held. The function it returns
-// stops the heartbeat and calls onEnd: the caller runs it once it has
+// stepLocked moves the Lock's state by e (see leaseState.step) and does
+// what the transition asks that needs k.mu. why is the event's reason:
+// the loss a running Release keeps, or the error the Lock ends with. k.mu
+// is held; the caller runs the afterUnlock it returns once it has
 // unlocked k.mu.
-func (k *Lock) endLocked(err error) (after func()) {
-	if k.err != nil {
-		return func() {}
+func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
+	next, do := k.state.step(e)
+	k.state = next
+	var after afterUnlock
+	if do&doBeginRelease != 0 {
+		k.releasing = make(chan struct{})
 	}
-	k.err = err
-	if k.done != nil {
-		close(k.done)
+	if do&doStopHeartbeat != 0 {
+		after.stop = k.stop
 	}
-	stop, onEnd := k.stop, k.onEnd
-	report := k.announced
-	return func() {
-		if stop != nil {
-			stop()
+	if do&doKeepLoss != 0 {
+		k.pending = why
+	}
+	if do&doArmExpiry != 0 {
+		k.armExpiryLocked()
+	}
+	if do&doStopExpiry != 0 && k.expiry != nil {
+		k.expiry.Stop()
+	}
+	if do&doEndRelease != 0 {
+		close(k.releasing)
+		k.releasing, k.pending = nil, nil
+	}
+	if do&doEnd != 0 {
+		k.err = why
+		if k.done != nil {
+			close(k.done)
 		}
-		if onEnd != nil {
-			onEnd(err)
-		}
-		if report {
-			k.reportEnd(err)
-		}
+		after.why, after.onEnd, after.report = why, k.onEnd, k.announced
+	}
+	return do, after
+}
+
+// afterUnlock is what a transition leaves to do once k.mu is unlocked.
+type afterUnlock struct {
+	stop   context.CancelFunc // the heartbeat's, to stop it
+	onEnd  func(error)        // to call with why
+	report bool               // report the end (see WithObserver)
+	why    error              // the reason the Lock ended
+}
+
+// run stops the heartbeat, then tells of the end: onEnd, then the
+// observer.
+func (a afterUnlock) run(k *Lock) {
+	if a.stop != nil {
+		a.stop()
+	}
+	if a.onEnd != nil {
+		a.onEnd(a.why)
+	}
+	if a.report {
+		k.reportEnd(a.why)
 	}
 }
 
@@ -185,6 +275,60 @@ func (k *Lock) ended() error {
 		return fmt.Errorf("%w: %s (token %d)", ErrReleased, names.Quote(k.resource), k.token)
 	}
 	return err
+}
+
+// onEnded has f called with the Lock's end, once, when it ends (after
+// Done is closed and the heartbeat stopped); at once if it has ended
+// already. It replaces an f set before.
+func (k *Lock) onEnded(f func(error)) {
+	k.mu.Lock()
+	err := k.err
+	if err == nil {
+		k.onEnd = f
+	}
+	k.mu.Unlock()
+	if err != nil {
+		f(err)
+	}
+}
+
+// announce records that the acquire of the Lock was reported (see
+// WithObserver): from then on its end is reported too. It returns the
+// Lock's end if it has ended already, for the caller to report.
+func (k *Lock) announce() (ended error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.announced = true
+	return k.err
+}
+
+// grantedAt returns the local time before the grant was sent.
+func (k *Lock) grantedAt() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.granted
+}
+
+// attachHeartbeat registers stop as what stops the Lock's heartbeat, and
+// returns the channel that tells the heartbeat its TTL changed. It
+// returns false, registering nothing, when the Lock has ended.
+func (k *Lock) attachHeartbeat(stop context.CancelFunc) (kick <-chan struct{}, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.state.ended() {
+		return nil, false
+	}
+	k.stop, k.kick = stop, make(chan struct{}, 1)
+	return k.kick, true
+}
+
+// lease returns what the heartbeat needs of the Lock: when the last
+// successful grant or refresh was sent, the TTL to refresh with, and the
+// deadline until which the lock is certainly held.
+func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.base, k.ttl, k.until
 }
 
 // Refresh sets the lock's TTL to ttl from now, if this Lock still holds
@@ -212,7 +356,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, errNotHeld):
 		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
-		if !unsent(err) {
+		if !call.Unsent(err) {
 			k.unknown(sent, ttl)
 		}
 		return err
@@ -227,23 +371,28 @@ var errNotHeld = errors.New("lock not held")
 
 // certain reports whether the Lock holds the lock for sure, by the local
 // clock: it was granted or refreshed for a TTL that has not nearly run out
-// (the heartbeat's rule), nothing found it lost, and no Release or Refresh
-// since has had an unknown outcome.
+// (the heartbeat's rule), and its state is held: nothing found it lost, no
+// Release runs, and no Release or Refresh since the last success had an
+// unknown outcome.
 func (k *Lock) certain() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.err == nil && !k.uncertain && time.Now().Before(k.until)
+	return k.state == leaseHeld && time.Now().Before(k.until)
 }
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return refreshScript.run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
+	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return refreshScript.Run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
 	}
-	if n != statusHeld {
+	r, err := decodeRefresh(n)
+	if err != nil {
+		return fmt.Errorf("fencedlock: refresh %s: %w", names.Quote(k.resource), err)
+	}
+	if r != refreshHeld {
 		return errNotHeld
 	}
 	return nil
@@ -282,9 +431,9 @@ func (k *Lock) Release(ctx context.Context) error {
 		return k.releaseLock(ctx)
 	}
 	start := time.Now()
-	ctx = k.locker.emit(ctx, Event{Kind: EventReleaseStart, Resource: k.resource, Token: k.token})
+	ctx = k.locker.emit(ctx, observe.Event{Kind: observe.ReleaseStart, Resource: k.resource, Token: uint64(k.token)})
 	err := k.releaseLock(ctx)
-	k.locker.emit(ctx, Event{Kind: EventReleaseEnd, Resource: k.resource, Token: k.token, Duration: time.Since(start), Err: err})
+	k.locker.emit(ctx, observe.Event{Kind: observe.ReleaseEnd, Resource: k.resource, Token: uint64(k.token), Duration: time.Since(start), Err: err})
 	return err
 }
 
@@ -294,79 +443,93 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := k.ended(); err != nil {
 		return err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return fmt.Errorf("fencedlock: release %s: nothing sent, the context had ended: %w", names.Quote(k.resource), err)
 	}
-	// One Release at a time: a second one waits (while its ctx lasts),
-	// then finds the Lock released and sends nothing.
-	var stop context.CancelFunc
-	for {
-		k.mu.Lock()
-		if k.err != nil {
-			k.mu.Unlock()
-			return k.ended()
-		}
-		running := k.releasing
-		if running == nil {
-			k.releasing, stop = make(chan struct{}), k.stop
-			k.mu.Unlock()
-			break
-		}
-		k.mu.Unlock()
-		select {
-		case <-running:
-		case <-ctx.Done():
-			if cause := stopCause(ctx); cause != nil {
-				return fmt.Errorf("fencedlock: release %s: stopped while another Release of this Lock had no answer: %w", names.Quote(k.resource), ctxErr(ctx))
-			}
-			return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
-		}
-	}
-	if stop != nil {
-		stop()
+	if err := k.beginRelease(ctx); err != nil {
+		return err
 	}
 	held, owner, token, err := k.release(ctx, k.keyArgs[:keyMarker], "", "")
 	if owner != "" {
 		k.handedOver(ctx, owner, token)
 	}
-	// The Lock ends in the same step as the Release stops running, so
-	// that a racing Refresh that found the key gone (see notHeld) sees
-	// how it ended.
-	k.mu.Lock()
-	after := func() {}
-	switch {
-	case err != nil:
-		if !unsent(err) {
-			k.uncertain = true
-		}
+	return k.finishRelease(held, err)
+}
+
+// beginRelease makes the caller the Lock's running Release, and stops the
+// heartbeat. One Release runs at a time: while another runs, it waits for
+// it to end (while ctx lasts), then tries again. It returns the Lock's end
+// once it has ended, or why it stopped waiting.
+func (k *Lock) beginRelease(ctx context.Context) error {
+	for {
+		k.mu.Lock()
+		do, after := k.stepLocked(evReleaseCalled, nil)
+		running := k.releasing
+		k.mu.Unlock()
+		after.run(k)
 		switch {
-		case k.pending != nil:
-			after = k.endLocked(k.pending)
-		case stop != nil:
-			// Its heartbeat is stopped: the Lock ends as lost when its
-			// lease runs out, unless a Release or Refresh succeeds first.
-			k.expireLocked()
+		case do&doBeginRelease != 0:
+			return nil
+		case do&doWait == 0:
+			return k.ended()
 		}
-	case !held:
-		err = k.lostErr("release found the lock gone or taken")
-		after = k.endLocked(err)
-	default:
-		after = k.endLocked(ErrReleased)
+		if err := k.awaitRelease(ctx, running); err != nil {
+			return err
+		}
 	}
-	close(k.releasing)
-	k.releasing, k.pending = nil, nil
+}
+
+// awaitRelease waits until running, the channel of another Release of
+// the Lock, is closed, or until ctx ends: then it returns why.
+func (k *Lock) awaitRelease(ctx context.Context, running <-chan struct{}) error {
+	select {
+	case <-running:
+		return nil
+	case <-ctx.Done():
+	}
+	if call.Cause(ctx) != nil {
+		return fmt.Errorf("fencedlock: release %s: stopped while another Release of this Lock had no answer: %w", names.Quote(k.resource), call.Err(ctx))
+	}
+	return fmt.Errorf("%w: release %s: another Release of this Lock had no answer before the context ended: %w", ErrUnavailable, names.Quote(k.resource), ctx.Err())
+}
+
+// finishRelease applies the outcome of the running Release, whose script
+// call returned held and err, and returns Release's error. The Lock ends,
+// when it does, in the same step as the Release stops running, so that a
+// Refresh that raced it and found the key gone (see notHeld) sees how it
+// ended.
+func (k *Lock) finishRelease(held bool, err error) error {
+	var e leaseEvent
+	var why error // the reason the Lock ends, if this ends it
+	switch {
+	case err == nil && held:
+		e, why = evReleased, ErrReleased
+	case err == nil:
+		err = k.lostErr("release found the lock gone or taken")
+		e, why = evReleaseGone, err
+	case call.Unsent(err):
+		e = evReleaseUnsent
+	default:
+		e = evReleaseUnknown
+	}
+	k.mu.Lock()
+	if why == nil {
+		why = k.pending // a failed Release ends the Lock only for a loss found while it ran
+	}
+	_, after := k.stepLocked(e, why)
 	k.mu.Unlock()
-	after()
+	after.run(k)
 	return err
 }
 
 // handedOver delivers the grant that a release of k handed to owner with
-// token (see Locker.handedOn), and reports it.
+// token to its waiter, when it waits in this Locker's room, and reports
+// it.
 func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
 	l := k.locker
-	l.handedOn(k.resource, owner, token)
+	l.room.Deliver(k.resource, owner, uint64(token))
 	if l.watched() {
-		l.emit(ctx, Event{Kind: EventHandOver, Resource: k.resource, Token: token})
+		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(token)})
 	}
 }
 
@@ -374,41 +537,33 @@ func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
 // whether the caller held the lock, and the owner and token of the waiter
 // the lock was handed to, if any (owner is "" if none).
 func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any) (bool, string, Token, error) {
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
 	})
 	if err != nil {
 		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
-	if len(res) != 1 && len(res) != 4 {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
+	r, err := decodeRelease(res)
+	if err != nil {
+		return false, "", 0, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
 	}
-	held, _ := res[0].(int64)
-	if len(res) == 1 {
-		return held == statusHeld, "", 0, nil
+	if r.owner != "" && !r.published {
+		k.locker.room.PubSubRefused("PUBLISH of a hand-over on "+k.channel, nil, script.ACLDocs)
 	}
-	owner, _ := res[1].(string)
-	token, err := tokenFromReply(res[2])
-	if err != nil || owner == "" {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: unexpected reply %v", names.Quote(k.resource), res)
-	}
-	if published, _ := res[3].(int64); published != statusPublished {
-		k.locker.pubsubRefused("PUBLISH of a hand-over on "+k.channel, nil)
-	}
-	return held == statusHeld, owner, token, nil
+	return r.held, r.owner, r.token, nil
 }
 
-// giveUp withdraws an acquire attempt for ms milliseconds, or a wait: it
+// withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
 // leaves the queue if queued (place is how long its place there may
 // still be handed the lock, 0 when not queued), releases (handing on) a
 // lock granted to the attempt meanwhile, and, with markerMS above zero,
 // sets the attempt's abandon marker for that long. An error that means
-// "not now" (see notNow) is tried again, after a pause that grows, while
+// "not now" (see call.NotNow) is tried again, after a pause that grows, while
 // ctx lasts, and at the latest right after place has passed: a release
 // may hand the place the lock until then, and a try after it passes that
 // lock on. The release script does the same whether it runs once or
-// again. Callers run it through Locker.cleanUp.
-func (k *Lock) giveUp(ctx context.Context, ms int64, place time.Duration, markerMS int64) error {
+// again. Callers run it through Locker.giveUp, as a cleanup.
+func (k *Lock) withdraw(ctx context.Context, ms int64, place time.Duration, markerMS int64) error {
 	entry, marker := "", any("")
 	if place > 0 {
 		entry = k.owner.(string) + strconv.FormatInt(ms, 10)
@@ -420,27 +575,27 @@ func (k *Lock) giveUp(ctx context.Context, ms int64, place time.Duration, marker
 	// began: a place they renewed lapses in Redis before lapse (a copy
 	// of a lost one arriving later is refused by the marker, once set).
 	lapse := time.Now().Add(place)
-	pause := minReconnectPause
+	pause := wait.MinReconnectPause
 	for {
 		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
 		if owner != "" {
 			k.handedOver(ctx, owner, token)
 		}
-		if err == nil || !notNow(err) || ctxEnded(ctx) != nil {
+		if err == nil || !errors.Is(err, ErrUnavailable) || !call.NotNow(err) || call.Ended(ctx) != nil {
 			return err
 		}
-		wait := pause
+		d := pause
 		if left := time.Until(lapse); left > 0 {
-			wait = min(wait, left+minReconnectPause)
+			d = min(d, left+wait.MinReconnectPause)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return err
 		case <-t.C:
 		}
-		pause = min(2*pause, maxReconnectPause)
+		pause = min(2*pause, wait.MaxReconnectPause)
 	}
 }
 
@@ -457,19 +612,23 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	ms, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return pttlScript.run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Int64()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])
 	}
-	if ms == statusNotOwner {
+	r, err := decodePTTL(res)
+	if err != nil {
+		return 0, fmt.Errorf("fencedlock: ttl %s: %w", names.Quote(k.resource), err)
+	}
+	if r.status == pttlNotOwner {
 		return 0, k.notHeld(ctx, "the lock is gone or taken")
 	}
-	if ms < 0 {
-		return 0, fmt.Errorf("%w: ttl %s: lock key %s has no expiry (pttl %d)", ErrCorrupt, names.Quote(k.resource), names.Quote(k.keys[keyLock]), ms)
+	if r.pttl < 0 {
+		return 0, fmt.Errorf("%w: ttl %s: lock key %s has no expiry (pttl %d)", ErrCorrupt, names.Quote(k.resource), names.Quote(k.keys[keyLock]), r.pttl)
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(r.pttl) * time.Millisecond, nil
 }
 
 func (k *Lock) check() error {
@@ -479,44 +638,59 @@ func (k *Lock) check() error {
 	return nil
 }
 
-// lost ends the Lock as lost, for the reason why, and returns the error it
-// ended with (an earlier end's, if it had already ended). While a Release
-// runs, the Lock does not end: the loss is kept for the Release, which
-// ends the Lock as released if it released it (a Refresh or heartbeat
-// that raced it found the key it had just deleted), and as lost if not.
-func (k *Lock) lost(why string) error {
+// lost ends the Lock as lost, Redis having answered that it does not
+// hold the key, for the reason why; it returns the error it ended with
+// (an earlier end's, if it had already ended). While a Release runs, the
+// Lock does not end: the loss is kept for the Release, which ends the
+// Lock as released if it released it (a Refresh or heartbeat that raced
+// it found the key it had just deleted), and as lost if not.
+func (k *Lock) lost(why string) error { return k.lose(evGone, why) }
+
+// ranOut is lost for a lease that ran out by the local clock before a
+// Refresh succeeded.
+func (k *Lock) ranOut(why string) error { return k.lose(evRanOut, why) }
+
+// lose steps the Lock by e, an event that finds it lost for the reason
+// why: see lost.
+func (k *Lock) lose(e leaseEvent, why string) error {
 	err := k.lostErr(why)
 	k.mu.Lock()
-	after := func() {}
-	if k.releasing != nil && k.err == nil {
-		if k.pending == nil {
-			k.pending = err
-		}
-	} else {
-		after = k.endLocked(err)
-	}
+	_, after := k.stepLocked(e, err)
 	k.mu.Unlock()
-	after()
+	after.run(k)
 	if ended := k.ended(); ended != nil {
 		return ended
 	}
 	return err
 }
 
-// expireLocked ends the Lock as lost once its lease has run out by the
-// local clock (k.until), unless it has ended by then or a Refresh has
-// moved the lease on. k.mu is held.
-func (k *Lock) expireLocked() {
-	time.AfterFunc(time.Until(k.until), func() {
-		k.mu.Lock()
-		if k.err == nil && time.Now().Before(k.until) {
-			k.expireLocked()
-			k.mu.Unlock()
-			return
-		}
+// armExpiryLocked ends the Lock as lost once its lease runs out by the
+// local clock (k.until), in place of the heartbeat that a failed Release
+// stopped. A Lock that never had a heartbeat keeps finding its loss by
+// its calls. k.mu is held.
+func (k *Lock) armExpiryLocked() {
+	if k.stop == nil {
+		return
+	}
+	d := time.Until(k.until)
+	if k.expiry == nil {
+		k.expiry = time.AfterFunc(d, k.expire)
+		return
+	}
+	k.expiry.Reset(d)
+}
+
+// expire is the function of the expiry timer: it ends the Lock as lost,
+// unless a Refresh has moved its lease on, when it waits again.
+func (k *Lock) expire() {
+	k.mu.Lock()
+	if left := time.Until(k.until); left > 0 && !k.state.ended() {
+		k.expiry.Reset(left)
 		k.mu.Unlock()
-		k.lost("no Release or Refresh succeeded within its TTL")
-	})
+		return
+	}
+	k.mu.Unlock()
+	k.ranOut("no Release or Refresh succeeded within its TTL")
 }
 
 // lostErr is the error of a Lock lost for the reason why.
@@ -548,4 +722,103 @@ func (k *Lock) String() string {
 		return "fencedlock.Lock(nil)"
 	}
 	return "fencedlock.Lock{" + names.Quote(k.resource) + " token " + k.token.String() + "}"
+}
+
+// The replies of the scripts a Lock runs on its lock (lease.go calls
+// them): refresh.lua, pttl.lua and release.lua, decoded. Their statuses
+// are named as in the scripts.
+
+// refreshReply is the reply of refresh.lua: refreshHeld or
+// refreshNotHeld.
+type refreshReply int64
+
+const (
+	refreshNotHeld refreshReply = 0 // NOT_HELD: the lock key is gone, another's or of another type
+	refreshHeld    refreshReply = 1 // HELD: the lock is the caller's, extended
+)
+
+// decodeRefresh decodes the reply of refresh.lua: HELD or NOT_HELD.
+func decodeRefresh(n int64) (refreshReply, error) {
+	if r := refreshReply(n); r == refreshHeld || r == refreshNotHeld {
+		return r, nil
+	}
+	return 0, fmt.Errorf("unexpected reply %d", n)
+}
+
+// The statuses of pttl.lua's replies.
+const (
+	pttlNotOwner = 0 // NOT_OWNER: the lock key is gone, another's or of another type
+	pttlOwned    = 1 // OWNED: the lock is the caller's
+)
+
+// pttlReply is a reply of pttl.lua, decoded.
+type pttlReply struct {
+	status int64 // pttlOwned or pttlNotOwner
+	pttl   int64 // owned: the lock key's PTTL in milliseconds (-1: no expiry)
+}
+
+// decodePTTL decodes a reply of pttl.lua: {OWNED, pttl} or
+// {NOT_OWNER}.
+func decodePTTL(res []any) (pttlReply, error) {
+	var status int64 = -1
+	if len(res) > 0 {
+		status, _ = res[0].(int64)
+	}
+	switch {
+	case status == pttlOwned && len(res) == 2:
+		if pttl, ok := res[1].(int64); ok {
+			return pttlReply{status: status, pttl: pttl}, nil
+		}
+	case status == pttlNotOwner && len(res) == 1:
+		return pttlReply{status: status}, nil
+	}
+	return pttlReply{}, fmt.Errorf("unexpected reply %v", res)
+}
+
+// The values of the two flags of release.lua's replies.
+const (
+	releaseNotHeld     = 0 // NOT_HELD: the caller did not hold the lock
+	releaseHeld        = 1 // HELD: the caller held the lock
+	releaseUnpublished = 0 // UNPUBLISHED: Redis refused the hand-over's message
+	releasePublished   = 1 // PUBLISHED: the hand-over's message was published
+)
+
+// releaseReply is a reply of release.lua, decoded.
+type releaseReply struct {
+	held bool // HELD: the caller held the lock (and no longer does)
+	// The hand-over, if the lock was handed to a waiter: its owner
+	// (nonce and ':', "" when there was none) and token.
+	owner string
+	token Token
+	// published (PUBLISHED) says that the hand-over's message was
+	// published; false for UNPUBLISHED, or when there was no hand-over.
+	published bool
+}
+
+// decodeRelease decodes a reply of release.lua: {held} or {held, owner,
+// token, published}, held HELD or NOT_HELD, published PUBLISHED or
+// UNPUBLISHED.
+func decodeRelease(res []any) (releaseReply, error) {
+	if len(res) != 1 && len(res) != 4 {
+		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	var r releaseReply
+	switch held, _ := res[0].(int64); held {
+	case releaseHeld:
+		r.held = true
+	case releaseNotHeld:
+	default:
+		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	if len(res) == 1 {
+		return r, nil
+	}
+	owner, _ := res[1].(string)
+	token, err := tokenFromReply(res[2])
+	published, ok := res[3].(int64)
+	if err != nil || owner == "" || !ok || (published != releasePublished && published != releaseUnpublished) {
+		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	r.owner, r.token, r.published = owner, token, published == releasePublished
+	return r, nil
 }

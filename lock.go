@@ -2,39 +2,34 @@ package fencedlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencedlock/fencedlock/internal/link"
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // DefaultPrefix is the key prefix a Locker and a RedisStore use unless
 // WithPrefix or WithStorePrefix sets another.
 const DefaultPrefix = "fencedlock"
 
-// abandonMarkerTTL is how long, beyond the lock's TTL, the marker of an
-// abandoned acquire attempt refuses the attempt if it arrives late: longer
-// than TCP keeps retransmitting a request (about 15 minutes on Linux).
-const abandonMarkerTTL = 16 * time.Minute
-
 // Locker grants fenced locks on resources named by strings. All lock state
 // is in Redis, so Lockers in many processes sharing one Redis (and one
 // prefix) coordinate with each other. In the process, a Locker keeps only
-// its queues of waiting goroutines and its pub/sub subscription, which it
-// opens when a goroutine has to wait and closes a second after the last
-// one stopped waiting, and the grants of other libraries that IssueToken
-// issued tokens to while their lock keys may hold them.
+// its waiting room (the goroutines waiting in Acquire, queued per
+// resource, and its pub/sub subscription, which it opens when a goroutine
+// has to wait and closes a second after the last one stopped waiting),
+// and the grants of other libraries that IssueToken issued tokens to
+// while their lock keys may hold them.
 //
 // Make a Locker with New. The zero Locker has no client: its methods
 // return errors wrapping ErrInvalidArgument.
@@ -45,21 +40,14 @@ type Locker struct {
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
-	replicas *replicaWait  // set by WithReplicas
-	idle     time.Duration // set by WithIdleExpiry
-	idleArg  any           // idle in milliseconds, boxed once for the scripts
-	logger   *slog.Logger  // set by WithLogger
-	observer Observer      // set by WithObserver
-	cleanups chan struct{} // a slot per cleanup running in the background (see cleanUp)
-	issued   issuedGrants  // the grants whose tokens' keys IssueToken keeps
-
-	warnedPubSub atomic.Bool // the Warn that Redis refused pub/sub was logged
-
-	mu          sync.Mutex             // guards the fields below
-	queues      map[string]*waitQueue  // local waiters by resource
-	subs        map[uint16]*subscriber // subscriptions by group (see subGroup)
-	pubsub      pubsubKind             // learnt by probe
-	pubsubAsked time.Time              // when pubsub was learnt
+	replicas *replicaWait     // set by WithReplicas
+	idle     time.Duration    // set by WithIdleExpiry
+	idleArg  any              // idle in milliseconds, boxed once for the scripts
+	logger   *slog.Logger     // set by WithLogger
+	observer observe.Observer // set by WithObserver
+	cleanups *call.Cleanups   // the cleanups running in the background
+	room     *wait.Room       // the goroutines waiting in Acquire, and their subscription
+	issued   issuedGrants     // the grants whose tokens' keys IssueToken keeps
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,
@@ -85,12 +73,18 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, idle: DefaultIdleExpiry, cleanups: make(chan struct{}, maxCleanups)}
+	l := &Locker{client: client, prefix: DefaultPrefix, idle: DefaultIdleExpiry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
 		}
 	}
+	l.cleanups = call.NewCleanups(l.warn)
+	var log wait.Log
+	if l.logger != nil {
+		log = wait.Log{Warn: l.logger.Warn, Debug: l.logger.Debug}
+	}
+	l.room = wait.New(client, log)
 	l.idleArg = l.idle.Milliseconds()
 	switch {
 	case isNil(client):
@@ -142,6 +136,36 @@ func isNil(v any) bool {
 
 func (l *Locker) key(resource, kind string) string {
 	return keyFor(l.prefix, resource, kind)
+}
+
+// Client returns the client the Locker was made with, so that code that
+// keeps its own keys beside the locks (package election, a RedisStore)
+// shares its connections, its ACL user and its topology.
+func (l *Locker) Client() redis.UniversalClient {
+	if l == nil {
+		return nil
+	}
+	return l.client
+}
+
+// Key returns the name of the key "<prefix>:{<resource>}:<suffix>" (or
+// "{<resource>}:<suffix>" with the empty prefix): a key beside resource's
+// lock keys, under the Locker's prefix and in their Redis Cluster hash
+// slot, so that a script of your own may touch it together with them. Its
+// error wraps ErrInvalidArgument when the Locker's calls on resource
+// would (an empty or too long name, an empty hash tag, a Locker not made
+// by New), or when suffix is empty. The suffixes the Locker uses itself
+// are listed in
+// https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md#keys:
+// use others for keys of your own.
+func (l *Locker) Key(resource, suffix string) (string, error) {
+	if err := l.check(resource); err != nil {
+		return "", err
+	}
+	if suffix == "" {
+		return "", invalidArg("empty key suffix for resource %s", names.Quote(resource))
+	}
+	return l.key(resource, suffix), nil
 }
 
 func keyFor(prefix, resource, kind string) string {
@@ -211,209 +235,6 @@ func (l *Locker) ready() error {
 	return nil
 }
 
-// newLock returns an ungranted Lock on resource with a fresh random
-// 128-bit owner nonce, hex-encoded and followed by ':', the separator
-// between the nonce and the token in the lock key's value.
-func (l *Locker) newLock(resource string) (*Lock, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
-	}
-	var hexed [len(b)*2 + 1]byte
-	hex.Encode(hexed[:], b[:])
-	hexed[len(hexed)-1] = ':'
-	owner := string(hexed[:])
-	nonce := owner[:len(owner)-1]
-	k := &Lock{locker: l, resource: resource, owner: owner}
-	// One allocation for all the names: the keys are slices of it.
-	base := keyFor(l.prefix, resource, "")
-	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
-	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
-		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
-	}
-	k.channel = all
-	for i, key := range k.keys {
-		k.keyArgs[i] = key
-	}
-	k.chanArg = k.channel
-	return k, nil
-}
-
-// Indexes into Lock.keys.
-const (
-	keyLock = iota
-	keyToken
-	keyQueue
-	keyDeadlines
-	keyMarker
-)
-
-// TryAcquire makes one attempt to lock resource for ttl, in one round trip
-// to Redis. On success Redis has granted the Lock, with a token higher
-// than every token granted on resource before (unless Redis lost the
-// counter and its clock is behind: see "What is promised"). ttl must be at
-// least one millisecond; it is rounded down to whole milliseconds.
-//
-// When Redis answers that another owner holds the lock, or that it is
-// free but promised to a queued waiter, the error wraps ErrNotAcquired.
-// When Redis cannot be reached, does not answer before ctx ends, or
-// answers with an error, the error wraps ErrUnavailable and the cause. A
-// ctx done before the call sends nothing and returns an error wrapping
-// ErrNotAcquired and ctx's error.
-//
-// An attempt whose answer never came leaves no orphaned lock: TryAcquire
-// releases what the attempt may have been granted, while ctx lasts and
-// past it in the background, and the error says how that cleanup went. If
-// the cleanup failed, the lock may stay taken, with nobody holding it,
-// until ttl runs out. See
-// https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md.
-func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
-	if l == nil || !l.watched() {
-		return l.tryAcquire(ctx, resource, ttl)
-	}
-	start := time.Now()
-	ctx = l.emit(ctx, Event{Kind: EventAcquireStart, Resource: resource, TTL: ttl})
-	lock, err := l.tryAcquire(ctx, resource, ttl)
-	l.acquireEnd(ctx, start, resource, ttl, lock, err)
-	return lock, err
-}
-
-func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
-	if err := l.check(resource); err != nil {
-		return nil, err
-	}
-	ms, err := ttlMillis(ttl)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctxErr(ctx); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNotAcquired, names.Quote(resource), err)
-	}
-	lock, err := l.newLock(resource)
-	if err != nil {
-		return nil, err
-	}
-	sent := time.Now()
-	granted, _, err := l.attempt(ctx, lock, ms, 0)
-	if err != nil {
-		if answerLost(err) {
-			err = l.abandon(ctx, lock, ms, 0, true, true, err)
-		}
-		return nil, err
-	}
-	if !granted {
-		return nil, fmt.Errorf("%w: %s is held by another owner or promised to a waiter", ErrNotAcquired, names.Quote(resource))
-	}
-	lock.hold(sent, ttl)
-	if err := l.replicate(ctx, lock, ttl); err != nil {
-		return nil, err
-	}
-	return lock, nil
-}
-
-// attempt runs the acquire script once for an ungranted lock. When
-// granted it sets lock's token and reports true; when not, it reports
-// what the refusal said. life is 0 for a single attempt; for a waiter, it
-// is how long its place in the queue lasts without another attempt. Its
-// error is redisErr's, or says that the reply could not be read; it
-// cleans up nothing: see abandon.
-func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (bool, refusal, error) {
-	var lifeArg any = ""
-	if life > 0 {
-		lifeArg = life.Milliseconds()
-	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return acquireScript.run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
-	})
-	if err != nil {
-		return false, refusal{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
-	}
-	if len(res) < 2 {
-		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: unexpected reply %v", names.Quote(lock.resource), res)
-	}
-	if status, _ := res[0].(int64); status != statusGranted {
-		left, _ := res[1].(int64)
-		if left == statusAbandoned {
-			return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: attempt was abandoned", names.Quote(lock.resource))
-		}
-		r := refusal{wait: time.Duration(left) * time.Millisecond}
-		if len(res) >= 3 {
-			// An unparsable value (a counter of another type) stays 0:
-			// no floor.
-			r.floor, _ = tokenFromReply(res[2])
-		}
-		return false, r, nil
-	}
-	token, err := tokenFromReply(res[1])
-	if err != nil {
-		return false, refusal{}, fmt.Errorf("fencedlock: acquire %s: %w", names.Quote(lock.resource), err)
-	}
-	lock.token = token
-	return true, refusal{}, nil
-}
-
-// answerLost reports whether err, an attempt's error, says that the
-// request may have reached Redis and run there with its reply lost (or
-// still on its way): not an error reply, and not a request that was
-// never sent.
-func answerLost(err error) bool { return !isServerError(err) && !unsent(err) }
-
-// abandon gives up the acquire attempts of lock for ms milliseconds,
-// whose wait ends with err: when queued in Redis (place is the life of
-// its place there, 0 when not queued) it leaves the queue, passing on a
-// lock handed to it meanwhile, and when lost says that an attempt got no
-// answer, it releases what that attempt may have been granted and leaves
-// the marker that refuses a copy still on its way (see Lock.giveUp). It
-// returns err with how that went, telling of a grant a lost reply may
-// have carried only when unanswered says the last attempt got no answer.
-//
-// It tries while its place may still be handed the lock, and once more
-// after it lapsed, within cleanupTimeout, so that an error reply that
-// means "not now" (TRYAGAIN during a Cluster reshard) leaves no entry
-// that a release could hand the lock to, nor a lock handed to it.
-func (l *Locker) abandon(ctx context.Context, lock *Lock, ms int64, place time.Duration, lost, unanswered bool, err error) error {
-	var markerMS int64
-	if lost {
-		// At most the longest time.Duration: ms came from one.
-		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
-	}
-	cerr := l.cleanUp(ctx, lock.resource, "give up acquire", place+cleanupTimeout, func(ctx context.Context) error {
-		return lock.giveUp(ctx, ms, place, markerMS)
-	})
-	switch {
-	case unanswered:
-		return cleanupErr(err, "releasing the grant the lost reply may have carried", "it may stay locked until its TTL ends", cerr)
-	case place > 0:
-		return cleanupErr(err, "leaving the queue", "a lock handed to this waiter may stay locked until its TTL ends", cerr)
-	}
-	return cleanupErr(err, "refusing a late copy of an attempt that got no answer", "such a copy may take the lock for its TTL", cerr)
-}
-
-// refusal is what a refused acquire attempt learned.
-type refusal struct {
-	// wait is how long until the lock may be free: the holder's PTTL, or
-	// the remaining life of the waiter ahead; negative for a lock key
-	// without expiry.
-	wait time.Duration
-	// floor is the token counter before the attempt ran: every grant made
-	// before has a token at or below it.
-	floor Token
-}
-
-// tokenFromReply converts a token from a script reply: an integer, or a
-// string of digits for values a Lua number cannot hold exactly.
-func tokenFromReply(v any) (Token, error) {
-	switch v := v.(type) {
-	case int64:
-		if v > 0 {
-			return Token(v), nil
-		}
-	case string:
-		return ParseToken(v)
-	}
-	return 0, fmt.Errorf("%w: unexpected token reply %v", ErrInvalidToken, v)
-}
-
 // maxFloor is the highest floor Advance takes: the counter must stay
 // below 2^63-1 for INCR to raise it.
 const maxFloor = math.MaxInt64 - 1
@@ -446,18 +267,30 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 	if floor == 0 || floor > maxFloor {
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		return advanceScript.run(ctx, l.client, boxKeys(key), floor.String(), l.idleArg).Result()
+	res, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+		return advanceScript.Run(ctx, l.client, script.Keys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
 		return redisErr(ctx, "advance", name, err, key)
 	}
+	if _, err := decodeAdvance(res, floor); err != nil {
+		return fmt.Errorf("fencedlock: advance %s %s: %w", what, names.Quote(name), err)
+	}
 	return nil
 }
 
-func init() {
-	link.Locker = func(v any) link.Internals {
-		l := v.(*Locker)
-		return link.Internals{Client: l.client, Key: l.key, Check: l.check}
+// advanceReply is the reply of advance.lua, decoded.
+type advanceReply struct {
+	counter Token // the counter's value afterwards
+}
+
+// decodeAdvance decodes the reply of advance.lua for floor: the counter's
+// value, at or above floor.
+func decodeAdvance(res any, floor Token) (advanceReply, error) {
+	if s, ok := res.(string); ok {
+		if c, err := ParseToken(s); err == nil && c >= floor {
+			return advanceReply{counter: c}, nil
+		}
 	}
+	return advanceReply{}, fmt.Errorf("unexpected reply %v", res)
 }

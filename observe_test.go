@@ -15,31 +15,32 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // obsRecorder is an Observer that records every event, and marks the ctx
 // it returns for start events so that tests can see it passed on.
 type obsRecorder struct {
 	mu     sync.Mutex
-	events []fencedlock.Event
+	events []observe.Event
 	ctxOK  []bool // per event: whether ctx carried the mark of a start event
 }
 
 type obsMark struct{}
 
-func (r *obsRecorder) Observe(ctx context.Context, e fencedlock.Event) context.Context {
+func (r *obsRecorder) Observe(ctx context.Context, e observe.Event) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 	r.ctxOK = append(r.ctxOK, ctx.Value(obsMark{}) != nil)
 	switch e.Kind {
-	case fencedlock.EventAcquireStart, fencedlock.EventReleaseStart, fencedlock.EventStoreWriteStart:
+	case observe.AcquireStart, observe.ReleaseStart, observe.StoreWriteStart:
 		return context.WithValue(ctx, obsMark{}, e.Kind)
 	}
 	return ctx
 }
 
-func (r *obsRecorder) take() []fencedlock.Event {
+func (r *obsRecorder) take() []observe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ev := r.events
@@ -47,17 +48,17 @@ func (r *obsRecorder) take() []fencedlock.Event {
 	return ev
 }
 
-func (r *obsRecorder) kinds() []fencedlock.EventKind {
+func (r *obsRecorder) kinds() []observe.Kind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := make([]fencedlock.EventKind, len(r.events))
+	k := make([]observe.Kind, len(r.events))
 	for i, e := range r.events {
 		k[i] = e.Kind
 	}
 	return k
 }
 
-func (r *obsRecorder) find(kind fencedlock.EventKind) (fencedlock.Event, bool) {
+func (r *obsRecorder) find(kind observe.Kind) (observe.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.events {
@@ -65,7 +66,7 @@ func (r *obsRecorder) find(kind fencedlock.EventKind) (fencedlock.Event, bool) {
 			return e, true
 		}
 	}
-	return fencedlock.Event{}, false
+	return observe.Event{}, false
 }
 
 // An acquire and release report their start and end, with the start's ctx
@@ -81,24 +82,24 @@ func TestObserverSeesAcquireAndRelease(t *testing.T) {
 		require.NoError(t, lock.Release(ctx))
 
 		ev := rec.take()
-		kinds := make([]fencedlock.EventKind, len(ev))
+		kinds := make([]observe.Kind, len(ev))
 		for i, e := range ev {
 			kinds[i] = e.Kind
 			assert.Equal(t, "obs", e.Resource, "event %v", e.Kind)
 		}
-		require.Equal(t, []fencedlock.EventKind{
-			fencedlock.EventAcquireStart, fencedlock.EventAcquireEnd,
-			fencedlock.EventReleaseStart, fencedlock.EventLockEnd, fencedlock.EventReleaseEnd,
+		require.Equal(t, []observe.Kind{
+			observe.AcquireStart, observe.AcquireEnd,
+			observe.ReleaseStart, observe.LockEnd, observe.ReleaseEnd,
 		}, kinds)
 		end := ev[1]
-		assert.Equal(t, fencedlock.OutcomeAcquired, end.Outcome)
-		assert.Equal(t, lock.Token(), end.Token)
+		assert.Equal(t, observe.Acquired, end.Outcome)
+		assert.EqualValues(t, lock.Token(), end.Token)
 		assert.Equal(t, longTTL, end.TTL)
 		assert.Positive(t, end.Duration)
 		assert.NoError(t, end.Err)
 		lockEnd := ev[3]
-		assert.Equal(t, fencedlock.OutcomeReleased, lockEnd.Outcome)
-		assert.Equal(t, lock.Token(), lockEnd.Token)
+		assert.Equal(t, observe.Released, lockEnd.Outcome)
+		assert.EqualValues(t, lock.Token(), lockEnd.Token)
 		assert.GreaterOrEqual(t, lockEnd.Duration, 5*time.Millisecond, "held at least the sleep")
 		assert.ErrorIs(t, lockEnd.Err, fencedlock.ErrReleased)
 		assert.NoError(t, ev[4].Err)
@@ -119,7 +120,7 @@ func TestObserverCtxIsPassedOn(t *testing.T) {
 	defer rec.mu.Unlock()
 	for i, e := range rec.events {
 		switch e.Kind {
-		case fencedlock.EventAcquireEnd, fencedlock.EventReleaseEnd:
+		case observe.AcquireEnd, observe.ReleaseEnd:
 			assert.True(t, rec.ctxOK[i], "%v did not get the ctx its start event returned", e.Kind)
 		}
 	}
@@ -135,35 +136,35 @@ func TestObserverAcquireOutcomes(t *testing.T) {
 	holder := mustTryAcquire(t, ctx, newLocker(b), "held", longTTL)
 	defer holder.Release(ctx)
 
-	check := func(want fencedlock.Outcome, wantErr error, call func() (*fencedlock.Lock, error)) {
+	check := func(want observe.Outcome, wantErr error, call func() (*fencedlock.Lock, error)) {
 		t.Helper()
 		lock, err := call()
 		require.Nil(t, lock)
 		require.ErrorIs(t, err, wantErr)
-		e, ok := rec.find(fencedlock.EventAcquireEnd)
+		e, ok := rec.find(observe.AcquireEnd)
 		require.True(t, ok, "no acquire_end event")
 		assert.Equal(t, want, e.Outcome)
 		assert.Zero(t, e.Token)
 		assert.Equal(t, err, e.Err, "the event carries the error returned")
-		_, ended := rec.find(fencedlock.EventLockEnd)
+		_, ended := rec.find(observe.LockEnd)
 		assert.False(t, ended, "a lock never held reported an end")
 		rec.take()
 	}
-	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+	check(observe.NotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
 		return l.TryAcquire(ctx, "held", longTTL)
 	})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
-	check(fencedlock.OutcomeNotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+	check(observe.NotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
 		return l.Acquire(wctx, "held", longTTL)
 	})
-	check(fencedlock.OutcomeError, fencedlock.ErrInvalidArgument, func() (*fencedlock.Lock, error) {
+	check(observe.Failed, fencedlock.ErrInvalidArgument, func() (*fencedlock.Lock, error) {
 		return l.TryAcquire(ctx, "", longTTL)
 	})
 	unreachable := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer unreachable.Close()
 	down := fencedlock.New(unreachable, fencedlock.WithObserver(rec))
-	check(fencedlock.OutcomeUnavailable, fencedlock.ErrUnavailable, func() (*fencedlock.Lock, error) {
+	check(observe.Unavailable, fencedlock.ErrUnavailable, func() (*fencedlock.Lock, error) {
 		return down.TryAcquire(ctx, "down", longTTL)
 	})
 }
@@ -184,9 +185,9 @@ func TestObserverHandOverAndLoss(t *testing.T) {
 		awaitQueued(t, b, waiting, "handover")
 		require.NoError(t, holder.Release(ctx))
 		waiter := awaitAcquired(t, done)
-		e, ok := rec.find(fencedlock.EventHandOver)
+		e, ok := rec.find(observe.HandOver)
 		require.True(t, ok, "no hand_over event: %v", rec.kinds())
-		assert.Equal(t, waiter.Token(), e.Token)
+		assert.EqualValues(t, waiter.Token(), e.Token)
 
 		// A lock of this Locker, found lost by its heartbeat.
 		rec.take()
@@ -199,10 +200,10 @@ func TestObserverHandOverAndLoss(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the heartbeat did not find the lock lost")
 		}
-		waitUntil(t, func() bool { _, ok := rec.find(fencedlock.EventLockEnd); return ok }, "the lock_end event")
-		end, _ := rec.find(fencedlock.EventLockEnd)
-		assert.Equal(t, fencedlock.OutcomeLost, end.Outcome)
-		assert.Equal(t, lock.Token(), end.Token)
+		waitUntil(t, func() bool { _, ok := rec.find(observe.LockEnd); return ok }, "the lock_end event")
+		end, _ := rec.find(observe.LockEnd)
+		assert.Equal(t, observe.Lost, end.Outcome)
+		assert.EqualValues(t, lock.Token(), end.Token)
 		assert.ErrorIs(t, end.Err, fencedlock.ErrLockLost)
 
 		records := logRecords(t, logs.String())
@@ -240,9 +241,9 @@ func TestObserverRefreshFailed(t *testing.T) {
 	// The reply to the next refresh is lost: it fails at the client's
 	// read timeout, and the heartbeat tries again.
 	p.DropReplies(1)
-	waitUntil(t, func() bool { _, ok := rec.find(fencedlock.EventRefreshFailed); return ok }, "a refresh_failed event")
-	e, _ := rec.find(fencedlock.EventRefreshFailed)
-	assert.Equal(t, lock.Token(), e.Token)
+	waitUntil(t, func() bool { _, ok := rec.find(observe.RefreshFailed); return ok }, "a refresh_failed event")
+	e, _ := rec.find(observe.RefreshFailed)
+	assert.EqualValues(t, lock.Token(), e.Token)
 	assert.Equal(t, 3*time.Second, e.TTL)
 	assert.Error(t, e.Err)
 	require.NoError(t, lock.Refresh(ctx, 3*time.Second), "the lock is still held")
@@ -272,33 +273,17 @@ func TestObserveStore(t *testing.T) {
 
 	ev := rec.take()
 	require.Len(t, ev, 6, "a start and an end per write, nothing for Get")
-	want := []fencedlock.Outcome{fencedlock.OutcomeAccepted, fencedlock.OutcomeStale, fencedlock.OutcomeError}
+	want := []observe.Outcome{observe.Accepted, observe.Stale, observe.Failed}
 	for i, o := range want {
 		start, end := ev[2*i], ev[2*i+1]
-		assert.Equal(t, fencedlock.EventStoreWriteStart, start.Kind)
-		assert.Equal(t, fencedlock.EventStoreWriteEnd, end.Kind)
+		assert.Equal(t, observe.StoreWriteStart, start.Kind)
+		assert.Equal(t, observe.StoreWriteEnd, end.Kind)
 		assert.Equal(t, o, end.Outcome, "write %d", i)
 		assert.Equal(t, "r", end.Resource)
 	}
-	assert.Equal(t, fencedlock.Token(4), ev[3].Token)
+	assert.EqualValues(t, 4, ev[3].Token)
 	assert.Equal(t, errInvalid, ev[5].Err)
 	assert.Same(t, inner, fencedlock.ObserveStore(inner, nil), "no observer: the store itself")
-}
-
-// The names of kinds and outcomes are those the metrics use.
-func TestOutcomeAndKindNames(t *testing.T) {
-	for o, want := range map[fencedlock.Outcome]string{
-		fencedlock.OutcomeAcquired: "acquired", fencedlock.OutcomeNotAcquired: "not_acquired",
-		fencedlock.OutcomeUnavailable: "unavailable", fencedlock.OutcomeError: "error",
-		fencedlock.OutcomeReleased: "released", fencedlock.OutcomeLost: "lost",
-		fencedlock.OutcomeAccepted: "accepted", fencedlock.OutcomeStale: "stale",
-		fencedlock.Outcome(200): "Outcome(200)",
-	} {
-		assert.Equal(t, want, o.String())
-	}
-	assert.Equal(t, "acquire_end", fencedlock.EventAcquireEnd.String())
-	assert.Equal(t, "EventKind(0)", fencedlock.EventKind(0).String())
-	assert.Equal(t, "EventKind(99)", fencedlock.EventKind(99).String())
 }
 
 // A value written to a store is never logged.

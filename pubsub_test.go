@@ -1,8 +1,13 @@
 package fencedlock_test
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +18,10 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
+
+// Grants heard by pub/sub: subscriptions that break, stall or connect
+// slowly, sharded pub/sub on a cluster, and waiting when pub/sub is
+// refused.
 
 // restrictedClient creates the ACL user name with rules on srv and returns a
 // client logged in as that user, closed when t ends. A server without
@@ -157,26 +166,142 @@ func TestStalledSubscriptionIsReplaced(t *testing.T) {
 	p.ResumeSubscriptions()
 }
 
-// A waiter with a retry delay longer than its TTL keeps its place in the
-// queue: a TryAcquire of another Locker does not take the lock ahead of
-// it, and the release hands it the lock at once.
-func TestSlowRetryDelayKeepsTheWaitersPlace(t *testing.T) {
+// A release published while the waiter's subscription was down is not
+// missed: on reconnecting, the waiter asks again and finds its grant.
+func TestWaiterFindsGrantPublishedWhileDisconnected(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
-		holders, waiters, others := newLocker(b), newLocker(b), newLocker(b)
-		for round := 0; round < 3; round++ {
-			holder := mustTryAcquire(t, ctx, holders, "slow", longTTL)
-			done := acquireAsync(ctx, waiters, "slow", 500*time.Millisecond, fencedlock.WithRetryDelay(2*time.Second, 5*time.Second))
-			waitUntil(t, func() bool { return waiters.WaiterRefused("slow") }, "the waiter to queue")
-			time.Sleep(time.Second) // two of its TTLs: its place must last
-			released := time.Now()
-			require.NoError(t, holder.Release(ctx))
-			_, err := others.TryAcquire(ctx, "slow", longTTL)
-			require.ErrorIs(t, err, fencedlock.ErrNotAcquired, "round %d: a TryAcquire took the lock ahead of the queued waiter", round)
-			w := awaitAcquired(t, done)
-			late := time.Since(released)
-			assert.Less(t, late, 500*time.Millisecond, "round %d: the hand-over must not wait for the retry delay", round)
-			require.NoError(t, w.Release(ctx))
-		}
+		p := redistest.NewProxy(t, b.Client.Options().Addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { c.Close() })
+		l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+		holder := mustTryAcquire(t, ctx, newLocker(b), "reconnect", longTTL)
+		done := acquireAsync(ctx, l, "reconnect", longTTL, hourRetryDelay)
+		awaitQueued(t, b, l, "reconnect")
+		p.Pause()
+		p.CloseAll()
+		require.NoError(t, holder.Release(ctx))
+		p.Resume()
+		lock := awaitAcquired(t, done)
+		v, _ := getKey(t, b, l.LockKey("reconnect"))
+		assert.True(t, strings.HasSuffix(v, ":"+lock.Token().String()))
+		assert.Greater(t, lock.Token(), holder.Token())
+		require.NoError(t, lock.Release(ctx))
+		requireNoGoroutinesLeft(t)
 	})
+}
+
+// On Redis Cluster a waiter is woken through sharded pub/sub (classic
+// pub/sub on servers without it).
+func TestClusterWaiterWakesOnRelease(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	ctx := testCtx(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { client.Close() })
+	holders, waiters := fencedlock.New(client), fencedlock.New(client)
+	for _, resource := range []string{"a", "b", "c"} {
+		holder, err := holders.TryAcquire(ctx, resource, longTTL)
+		require.NoError(t, err)
+		done := acquireAsync(ctx, waiters, resource, longTTL, hourRetryDelay)
+		waitUntil(t, func() bool { return channelSubscribers(t, client, waiters, resource) == 1 },
+			"the waiter to subscribe to "+grantsChannel(waiters, resource))
+		released := time.Now()
+		require.NoError(t, holder.Release(ctx))
+		lock := awaitAcquired(t, done)
+		assert.Less(t, time.Since(released), 100*time.Millisecond)
+		assert.Greater(t, lock.Token(), holder.Token())
+		require.NoError(t, lock.Release(ctx))
+	}
+	requireNoGoroutinesLeft(t)
+}
+
+// A subscription that takes long to connect holds up no other call of
+// the Locker: subscribe and unsubscribe commands are not sent under the
+// Locker's lock.
+func TestSlowSubscriptionDoesNotStallTheLocker(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	var slow atomic.Bool
+	var slowDials atomic.Int32
+	c := redis.NewClient(&redis.Options{
+		Addr: b.Client.Options().Addr,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if slow.Load() {
+				slowDials.Add(1)
+				time.Sleep(2 * time.Second) // a connect that takes long
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	holders := newLocker(b)
+	// Connections for the commands, made before connecting gets slow.
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Ping(ctx) }()
+	}
+	wg.Wait()
+	for _, r := range []string{"r1", "r2"} {
+		h := mustTryAcquire(t, ctx, holders, r, longTTL)
+		defer h.Release(ctx)
+	}
+	slow.Store(true)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := acquireAsync(wctx, l, "r1", longTTL)
+	waitUntil(t, func() bool { return l.WaiterRefused("r1") && slowDials.Load() >= 1 }, "r1's subscription to connect")
+	second := acquireAsync(wctx, l, "r2", longTTL)
+	// r2's subscription waits for its turn behind r1's.
+	waitUntil(t, func() bool { return l.WaiterRefused("r2") }, "r2's waiter to be refused and subscribe")
+	start := time.Now()
+	free, err := l.Acquire(ctx, "free", longTTL)
+	require.NoError(t, err)
+	require.NoError(t, free.Release(ctx))
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "a free resource waited for another resource's subscription")
+	cancel()
+	<-first
+	<-second
+	// The subscriber's goroutine finishes its slow connect after the
+	// waiters have gone, then closes the connection.
+	requireNoGoroutinesLeftWithin(t, 5*time.Second)
+}
+
+// On a cluster of three masters, a waiter's sharded subscription that
+// breaks is made again on the node serving its slot, and the waiter
+// hears the grants published after that. (On servers without sharded
+// pub/sub the subscription is classic, and a message published on any
+// node reaches it.)
+func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
+	servers := redistest.StartClusterN(t, 3)
+	ctx := testCtx(t)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { client.Close() })
+	holders, waiters := fencedlock.New(client), fencedlock.New(client)
+	for i := 0; i < 6; i++ {
+		resource := fmt.Sprintf("res-%d", i)
+		channel := grantsChannel(waiters, resource)
+		holder, err := holders.TryAcquire(ctx, resource, longTTL)
+		require.NoError(t, err)
+		done := acquireAsync(ctx, waiters, resource, longTTL, hourRetryDelay)
+		subscribed := func() bool { return channelSubscribers(t, client, waiters, resource) == 1 }
+		waitUntil(t, subscribed, "the waiter to subscribe to "+channel)
+		// Break every subscription connection, as a network blip would.
+		require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+		}))
+		waitUntil(t, subscribed, "the subscription to "+channel+" to be made again")
+		time.Sleep(50 * time.Millisecond)
+		released := time.Now()
+		require.NoError(t, holder.Release(ctx))
+		lock := awaitAcquired(t, done)
+		assert.Less(t, time.Since(released), 200*time.Millisecond, "%s: the grant was not heard", resource)
+		require.NoError(t, lock.Release(ctx))
+	}
+	requireNoGoroutinesLeft(t)
 }

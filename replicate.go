@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
 )
 
@@ -76,16 +77,16 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 	if err == nil {
 		return nil
 	}
-	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ctxEnded(ctx)) {
+	if cerr := call.Err(ctx); cerr != nil && !errors.Is(err, call.Ended(ctx)) {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
-	cerr := l.cleanUp(ctx, k.resource, "release an unconfirmed grant", cleanupTimeout, func(ctx context.Context) error {
+	cerr := l.cleanups.Run(ctx, k.resource, "release an unconfirmed grant", call.Timeout, func(ctx context.Context) error {
 		if err := k.Release(ctx); err != nil && k.Err() == nil {
 			return err
 		}
 		return nil
 	})
-	return cleanupErr(err, "releasing the grant", "it may stay locked until its TTL ends", cerr)
+	return call.Report(err, "releasing the grant", "it may stay locked until its TTL ends", cerr)
 }
 
 // replicaAcks refreshes k, then sends WAIT on the same connection, and
@@ -97,7 +98,7 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	_, err := bounded(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := call.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
 	})
 	if err != nil && errors.Is(err, ctx.Err()) {
@@ -124,11 +125,11 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration
 	conn := node.Conn()
 	defer conn.Close()
 	sent := time.Now()
-	n, err := refreshScript.run(ctx, conn, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), l.idleArg).Int64()
+	n, err := refreshScript.Run(ctx, conn, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), l.idleArg).Int64()
 	if err != nil {
 		return redisErr(ctx, "acquire", k.resource, err, k.keys[keyLock])
 	}
-	if n != statusHeld {
+	if r, err := decodeRefresh(n); err != nil || r != refreshHeld {
 		return k.lost("the grant ended before its replicas were asked to confirm it")
 	}
 	k.hold(sent, ttl)

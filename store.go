@@ -7,7 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // Store is a resource protected by fencing tokens. Every write carries the
@@ -82,7 +84,7 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 	if err := checkName(resource); err != nil {
 		return err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -110,7 +112,7 @@ func (s *MemoryStore) fence(ctx context.Context, resource string, token Token, r
 	if err := checkName(resource); err != nil {
 		return nil, false, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return nil, false, err
 	}
 	s.mu.Lock()
@@ -138,7 +140,7 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 	if err := checkName(resource); err != nil {
 		return nil, 0, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := call.Err(ctx); err != nil {
 		return nil, 0, err
 	}
 	s.mu.Lock()
@@ -229,13 +231,20 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return putScript.run(ctx, s.client, boxKeys(key), token.String(), value).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return putScript.Run(ctx, s.client, script.Keys(key), token.String(), value).Slice()
 	})
 	if err != nil {
 		return redisErr(ctx, "put", resource, err, key)
 	}
-	return fenceReply("put", resource, token, res)
+	r, err := decodePut(res)
+	if err != nil {
+		return fmt.Errorf("fencedlock: put %s: %w", names.Quote(resource), err)
+	}
+	if r.status == putStale {
+		return staleError("put", resource, token, r.fence)
+	}
+	return nil
 }
 
 // Fence implements Store in one round trip, with the same token range
@@ -257,58 +266,110 @@ func (s *RedisStore) fence(ctx context.Context, resource string, token Token, re
 	if read {
 		readArg = "read"
 	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return fenceScript.run(ctx, s.client, boxKeys(key), token.String(), readArg).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return fenceScript.Run(ctx, s.client, script.Keys(key), token.String(), readArg).Slice()
 	})
 	if err != nil {
 		return nil, false, redisErr(ctx, "fence", resource, err, key)
 	}
-	if !read || len(res) != 3 {
-		return nil, false, fenceReply("fence", resource, token, res)
+	r, err := decodeFence(res)
+	if err != nil {
+		return nil, false, fmt.Errorf("fencedlock: fence %s: %w", names.Quote(resource), err)
 	}
-	if status, _ := res[0].(int64); status != statusStored {
-		return nil, false, fmt.Errorf("fencedlock: fence %s: unexpected reply %v", names.Quote(resource), res)
+	if r.status == fenceStale {
+		return nil, false, staleError("fence", resource, token, r.fence)
 	}
-	ts, ok := res[1].(string)
-	if !ok {
+	if !read || !r.written {
 		return nil, false, nil
 	}
-	if _, err := storedToken(resource, key, ts); err != nil {
+	if _, err := storedToken(resource, key, r.wrote); err != nil {
 		return nil, false, err
 	}
-	v, _ := res[2].(string)
-	return []byte(v), true, nil
+	return r.value, true, nil
 }
 
-// Status values of the replies of put.lua and fence.lua.
+// The statuses of put.lua's replies, named as in the script.
 const (
-	statusStored = 1 // put.lua: stored; fence.lua: the fence is at the token
-	statusStale  = 0 // the token is below the fence, which follows
+	putStale  = 0 // STALE: the token is below the fence, which follows
+	putStored = 1 // STORED: stored, and the fence is at the token
 )
 
-// fenceReply turns the reply of put.lua or fence.lua (for op) into nil
-// when the token passed, or the *StaleTokenError of CheckToken.
-func fenceReply(op, resource string, token Token, res []any) error {
+// putReply is a reply of put.lua, decoded.
+type putReply struct {
+	status int64 // putStored or putStale
+	fence  Token // stale: the fence
+}
+
+// decodePut decodes a reply of put.lua: {STORED} or {STALE, fence}.
+func decodePut(res []any) (putReply, error) {
+	status, fence, err := decodeFenceStatus(res, putStored, putStale)
+	return putReply{status: status, fence: fence}, err
+}
+
+// The statuses of fence.lua's replies, named as in the script.
+const (
+	fenceStale  = 0 // STALE: the token is below the fence, which follows
+	fenceFenced = 1 // FENCED: the token is at or above the fence, which is now at it
+)
+
+// fenceReply is a reply of fence.lua, decoded.
+type fenceReply struct {
+	status int64 // fenceFenced or fenceStale
+	fence  Token // stale: the fence
+	// For a read that found a value: written is true, wrote the token
+	// field as stored (unchecked) and value the value.
+	written bool
+	wrote   string
+	value   []byte
+}
+
+// decodeFence decodes a reply of fence.lua: {FENCED}, {FENCED, token,
+// value} (each false when no value was written) or {STALE, fence}.
+func decodeFence(res []any) (fenceReply, error) {
+	if len(res) != 3 {
+		status, fence, err := decodeFenceStatus(res, fenceFenced, fenceStale)
+		return fenceReply{status: status, fence: fence}, err
+	}
+	if status, _ := res[0].(int64); status != fenceFenced {
+		return fenceReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	r := fenceReply{status: fenceFenced}
+	if wrote, ok := res[1].(string); ok {
+		v, _ := res[2].(string)
+		r.written, r.wrote, r.value = true, wrote, []byte(v)
+	}
+	return r, nil
+}
+
+// decodeFenceStatus decodes the replies put.lua and fence.lua share:
+// {passed} or {stale, fence}.
+func decodeFenceStatus(res []any, passed, stale int64) (int64, Token, error) {
 	var status int64 = -1
 	if len(res) > 0 {
 		status, _ = res[0].(int64)
 	}
 	switch {
-	case len(res) == 1 && status == statusStored:
-		return nil
-	case len(res) == 2 && status == statusStale:
-		s2, _ := res[1].(string)
-		current, err := ParseToken(s2)
+	case len(res) == 1 && status == passed:
+		return status, 0, nil
+	case len(res) == 2 && status == stale:
+		s, _ := res[1].(string)
+		fence, err := ParseToken(s)
 		if err != nil {
-			return fmt.Errorf("fencedlock: %s %s: stored token: %w", op, names.Quote(resource), err)
+			return 0, 0, fmt.Errorf("stored token: %w", err)
 		}
-		// The script applied the rule; CheckToken builds the error it gives.
-		if err := CheckToken(resource, token, current); err != nil {
-			return err
-		}
-		return fmt.Errorf("fencedlock: %s %s: script refused token %d against fence %d", op, names.Quote(resource), token, current)
+		return status, fence, nil
 	}
-	return fmt.Errorf("fencedlock: %s %s: unexpected reply %v", op, names.Quote(resource), res)
+	return 0, 0, fmt.Errorf("unexpected reply %v", res)
+}
+
+// staleError is the *StaleTokenError of CheckToken for token against the
+// fence a script (of op) refused it by.
+func staleError(op, resource string, token, fence Token) error {
+	// The script applied the rule; CheckToken builds the error it gives.
+	if err := CheckToken(resource, token, fence); err != nil {
+		return err
+	}
+	return fmt.Errorf("fencedlock: %s %s: script refused token %d against fence %d", op, names.Quote(resource), token, fence)
 }
 
 // Get implements Store in one round trip.
@@ -317,7 +378,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
 	if err != nil {

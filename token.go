@@ -49,9 +49,6 @@ func ParseToken(s string) (Token, error) {
 // String returns the token in decimal.
 func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 
-// IsZero reports whether t is the zero Token, which means "no token".
-func (t Token) IsZero() bool { return t == 0 }
-
 // MarshalText implements encoding.TextMarshaler: the decimal form, "0" for
 // the zero Token.
 func (t Token) MarshalText() ([]byte, error) {

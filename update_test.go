@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The order queue's lost update: A writes [1001] and pauses past its TTL;
@@ -49,7 +50,7 @@ func TestStaleWriteBetweenReadAndWriteIsRefused(t *testing.T) {
 func observedStores(b *redistest.Backend) []namedStore {
 	stores := bothStores(b)
 	for _, s := range bothStores(b) {
-		stores = append(stores, namedStore{"Observed" + s.name, fencedlock.ObserveStore(s.store, fencedlock.ObserverFunc(func(ctx context.Context, _ fencedlock.Event) context.Context { return ctx }))})
+		stores = append(stores, namedStore{"Observed" + s.name, fencedlock.ObserveStore(s.store, observe.Func(func(ctx context.Context, _ observe.Event) context.Context { return ctx }))})
 	}
 	return stores
 }

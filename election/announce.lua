@@ -1,11 +1,21 @@
--- Announces a leader: records its token and value, and publishes them,
--- if the lock is still held with that token.
--- KEYS[1]: the election's lock key, KEYS[2]: its leader record
--- ARGV[1]: the term's token (decimal), ARGV[2]: the leader's value,
--- ARGV[3]: the record's life in milliseconds, ARGV[4]: the channel
--- Returns LOST (0) when the lock is no longer the term's, and writes
--- nothing; else PUBLISHED (1), or UNPUBLISHED (2) when the record is
--- written but Redis refused the message (a user without pub/sub).
+-- announce: announces a leader: records its token and value, and
+-- publishes them, if the lock is still held with that token.
+--
+-- KEYS[1]  the election's lock key
+-- KEYS[2]  its leader record
+-- ARGV[1]  the term's token (decimal)
+-- ARGV[2]  the leader's value
+-- ARGV[3]  the record's life in milliseconds
+-- ARGV[4]  the channel
+--
+-- Replies:
+--   PUBLISHED (1)     recorded and published
+--   UNPUBLISHED (2)   recorded, but Redis refused the message (a user
+--                     without pub/sub)
+--   LOST (0)          the lock is no longer the term's: nothing is
+--                     written
+--   an error reply    WRONGTYPE when the lock key is of another type:
+--                     nothing is written
 --
 -- The record holds "<token>:<value>"; the message is the same. Nothing
 -- can fail once the record is written: the publish is a pcall.

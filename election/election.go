@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/internal/link"
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // DefaultTTL is the leader's lease when no WithTTL is given.
@@ -45,24 +46,79 @@ const (
 // life: keep extends it once less than recordLife-extendEvery is left.
 const extendEvery = time.Hour
 
-// The replies of announce.lua.
-const (
-	announceLost        = 0 // the lock is no longer the term's: nothing written
-	announcePublished   = 1 // recorded and published
-	announceUnpublished = 2 // recorded; Redis refused the message
-)
-
+// The election's scripts, each a whole file whose header gives its keys,
+// arguments and replies; the replies are decoded below, with their
+// statuses named as in the scripts.
 var (
 	//go:embed announce.lua
 	announceLua    string
-	announceScript = redis.NewScript(announceLua)
+	announceScript = script.New(announceLua) // decodeAnnounce
 	//go:embed leader.lua
 	leaderLua    string
-	leaderScript = redis.NewScript(leaderLua)
+	leaderScript = script.New(leaderLua) // decodeLeader
 	//go:embed keep.lua
 	keepLua    string
-	keepScript = redis.NewScript(keepLua)
+	keepScript = script.New(keepLua) // decodeKeep
 )
+
+// announceReply is the reply of announce.lua.
+type announceReply int64
+
+const (
+	announceLost        announceReply = 0 // LOST: the lock is no longer the term's: nothing written
+	announcePublished   announceReply = 1 // PUBLISHED: recorded and published
+	announceUnpublished announceReply = 2 // UNPUBLISHED: recorded; Redis refused the message
+)
+
+// decodeAnnounce decodes the reply of announce.lua: LOST, PUBLISHED or
+// UNPUBLISHED.
+func decodeAnnounce(n int64) (announceReply, error) {
+	switch r := announceReply(n); r {
+	case announceLost, announcePublished, announceUnpublished:
+		return r, nil
+	}
+	return 0, fmt.Errorf("unexpected reply %d", n)
+}
+
+// keepReply is the reply of keep.lua.
+type keepReply int64
+
+const (
+	keepLost        keepReply = 0 // LOST: the lock is no longer the term's: nothing written
+	keepKept        keepReply = 1 // KEPT: the record is the term's
+	keepPublished   keepReply = 2 // PUBLISHED: the record written again, and published
+	keepUnpublished keepReply = 3 // UNPUBLISHED: written again; Redis refused the message
+)
+
+// decodeKeep decodes the reply of keep.lua: LOST, KEPT, PUBLISHED or
+// UNPUBLISHED.
+func decodeKeep(n int64) (keepReply, error) {
+	switch r := keepReply(n); r {
+	case keepLost, keepKept, keepPublished, keepUnpublished:
+		return r, nil
+	}
+	return 0, fmt.Errorf("unexpected reply %d", n)
+}
+
+// leaderReply is the reply of leader.lua: what the election's keys hold,
+// unchecked.
+type leaderReply struct {
+	lock   string // the lock key's value, "" when missing
+	record string // the leader record, "" when missing
+}
+
+// decodeLeader decodes the reply of leader.lua: {lock, record}, each
+// false when missing.
+func decodeLeader(res []any) (leaderReply, error) {
+	if len(res) == 2 {
+		lock, okLock := res[0].(string)
+		record, okRecord := res[1].(string)
+		if (okLock || res[0] == nil) && (okRecord || res[1] == nil) {
+			return leaderReply{lock: lock, record: record}, nil
+		}
+	}
+	return leaderReply{}, fmt.Errorf("unexpected reply %v", res)
+}
 
 // Election is one office, named in Redis, that candidates campaign for
 // through their Lockers. It is safe for concurrent use.
@@ -110,11 +166,10 @@ func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	}
 	e.err = e.validate()
 	if e.err == nil {
-		in := link.Locker(locker)
-		e.client = in.Client
-		e.lockKey = in.Key(name, "lock")
-		e.record = in.Key(name, "leader")
-		e.channel = in.Key(name, "leaders")
+		e.client = locker.Client()
+		e.lockKey, _ = locker.Key(name, "lock") // validate checked name
+		e.record, _ = locker.Key(name, "leader")
+		e.channel, _ = locker.Key(name, "leaders")
 	}
 	return e
 }
@@ -123,7 +178,7 @@ func (e *Election) validate() error {
 	if e.locker == nil {
 		return invalid("nil Locker")
 	}
-	if err := link.Locker(e.locker).Check(e.name); err != nil {
+	if _, err := e.locker.Key(e.name, "leader"); err != nil {
 		return fmt.Errorf("election %s: %w", names.Quote(e.name), err)
 	}
 	if e.ttl < 3*time.Millisecond {
@@ -222,7 +277,7 @@ func (t *Term) keep() {
 	every := e.beat()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	keys := []string{e.lockKey, e.record}
+	keys := script.Keys(e.lockKey, e.record)
 	token := t.Token().String()
 	for {
 		select {
@@ -230,11 +285,18 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			_, _ = call(ctx, func(ctx context.Context) (int64, error) {
+			n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
 			cancel()
+			// A term Redis says is over has no record to keep; the lock's
+			// heartbeat ends it. A failed check is tried again.
+			if err == nil {
+				if r, err := decodeKeep(n); err == nil && r == keepLost {
+					return
+				}
+			}
 		}
 	}
 }
@@ -272,10 +334,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	status, err := call(ctx, func(ctx context.Context) (int64, error) {
-		return announceScript.Run(ctx, e.client, []string{e.lockKey, e.record},
+	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
+	var status announceReply
+	if err != nil {
+		err = redisErr(ctx, "announcing the leader", err)
+	} else if status, err = decodeAnnounce(n); err != nil {
+		err = fmt.Errorf("announcing the leader: %w", err)
+	}
 	// Recorded, the leader is announced, whether or not Redis let the
 	// message be published: Leader and Observe's polling read the record.
 	if err == nil && (status == announcePublished || status == announceUnpublished) {
@@ -285,13 +353,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	// Not announced: the term ends here, and the next candidate is
 	// elected.
-	switch {
-	case err == nil && status == announceLost:
+	if err == nil { // announceLost
 		err = fmt.Errorf("%w: the term ended before it was announced", fencedlock.ErrLockLost)
-	case err == nil:
-		err = fmt.Errorf("announcing the leader: unexpected reply %d", status)
-	default:
-		err = redisErr("announcing the leader", err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 	defer cancel()
@@ -335,17 +398,17 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // lookup reads the leader: the lock's holder, and its value when the
 // record is the holder's (recorded).
 func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
-	res, err := call(ctx, func(ctx context.Context) ([]any, error) {
-		return leaderScript.Run(ctx, e.client, []string{e.lockKey, e.record}).Slice()
+	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return leaderScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record)).Slice()
 	})
 	if err != nil {
-		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr("reading the leader", err))
+		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr(ctx, "reading the leader", err))
 	}
-	if len(res) != 2 {
-		return Leader{}, false, fmt.Errorf("election %s: leader: unexpected reply %v", names.Quote(e.name), res)
+	r, err := decodeLeader(res)
+	if err != nil {
+		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), err)
 	}
-	held, _ := res[0].(string)
-	record, _ := res[1].(string)
+	held, record := r.lock, r.record
 	if held == "" {
 		return Leader{}, false, fmt.Errorf("%w: election %s", ErrNoLeader, names.Quote(e.name))
 	}
@@ -391,7 +454,8 @@ func parseRecord(s string) (Leader, bool) {
 // has not yet found out. A campaign that fails because Redis cannot be
 // reached ([fencedlock.ErrUnavailable]), or whose grant was lost or not
 // confirmed by replicas, is tried again after a pause that grows to 5s;
-// any other campaign error is returned.
+// any other campaign error is returned, and so is Redis's refusal of a
+// command to the client's ACL user, which no pause ends.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -409,7 +473,10 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}
-			if !errors.Is(err, fencedlock.ErrUnavailable) && !errors.Is(err, fencedlock.ErrLockLost) && !errors.Is(err, fencedlock.ErrNotReplicated) {
+			again := errors.Is(err, fencedlock.ErrUnavailable) || errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
+			if !again || script.Refusal(err, "", "") != nil {
+				// An ACL refusal is no outage: it stays until an
+				// operator changes the rule.
 				return err
 			}
 			t := time.NewTimer(wait)
@@ -466,41 +533,20 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 	return ferr
 }
 
-// call runs f, one round trip to Redis, and returns by the time ctx ends,
-// whatever the client does: go-redis does not stop waiting for a reply
-// when ctx is cancelled. f goes on in its goroutine until the client's
-// own timeouts end it.
-func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
+// redisErr is the error of a failed round trip of ctx: the ctx's cause
+// when ctx was cancelled with one before Redis answered (the caller, not
+// Redis, stopped it); [fencedlock.ErrCorrupt] when a key holds a value of
+// another type; else [fencedlock.ErrUnavailable], with the cause (an ACL
+// refusal names the refused command).
+func redisErr(ctx context.Context, what string, err error) error {
+	if cause := call.Cause(ctx); cause != nil && !call.IsReply(err) {
+		return fmt.Errorf("election: %s: stopped before Redis answered: %w", what, call.Err(ctx))
 	}
-	if ctx.Done() == nil {
-		return f(ctx)
-	}
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f(ctx)
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-}
-
-// redisErr is the error of a failed round trip: [fencedlock.ErrCorrupt]
-// when a key holds a value of another type, else
-// [fencedlock.ErrUnavailable], with the cause.
-func redisErr(what string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: %s: %w", fencedlock.ErrCorrupt, what, err)
+	}
+	if acl := script.Refusal(err, "", ""); acl != nil {
+		err = acl
 	}
 	return fmt.Errorf("%w: %s: %w", fencedlock.ErrUnavailable, what, err)
 }

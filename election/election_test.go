@@ -1,12 +1,9 @@
 package election_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,62 +16,8 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
-
-func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
-	redistest.Main(m)
-}
-
-// childEnv, when set to "<redis address> <key prefix>", makes the test
-// binary a leader process for TestStoppedLeadersLateWriteIsRefused.
-const childEnv = "ELECTION_TEST_CHILD"
-
-// runChild campaigns in the election "stopped", prints "elected <token>",
-// then, for each "write" line on stdin, writes to the store with its
-// term's token and prints "accepted", "stale" or the error.
-func runChild(spec string) int {
-	addr, prefix, _ := strings.Cut(spec, " ")
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	defer client.Close()
-	ctx := context.Background()
-	e := election.New(fencedlock.New(client, fencedlock.WithPrefix(prefix)), "stopped", election.WithTTL(500*time.Millisecond))
-	term, err := e.Campaign(ctx, "child")
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("elected", term.Token())
-	store := fencedlock.NewRedisStore(client, fencedlock.WithStorePrefix(prefix))
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		err := store.Put(ctx, "job", term.Token(), []byte("child"))
-		switch {
-		case err == nil:
-			fmt.Println("accepted")
-		case errors.Is(err, fencedlock.ErrStaleToken):
-			fmt.Println("stale")
-		default:
-			fmt.Println("error", err)
-		}
-	}
-	return 0
-}
-
-func elCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func elLocker(b *redistest.Backend) *fencedlock.Locker {
-	return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
-}
 
 // elCampaign starts Campaign in a goroutine.
 func elCampaign(ctx context.Context, e *election.Election, value string) <-chan elResult {
@@ -109,29 +52,6 @@ func elRequireWaiting(t *testing.T, done <-chan elResult) {
 	case r := <-done:
 		t.Fatalf("campaign returned %v, %v; want it still waiting", r.term, r.err)
 	case <-time.After(50 * time.Millisecond):
-	}
-}
-
-// elNoGoroutinesLeft fails t if goroutines of the library or go-redis
-// subscriptions still run a second after the test's terms ended.
-func elNoGoroutinesLeft(t *testing.T) {
-	t.Helper()
-	ours := func() []string {
-		buf := make([]byte, 1<<22)
-		var found []string
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "fencedlock/election.") || strings.Contains(g, "go-redis/v9.(*channel)") {
-				found = append(found, g)
-			}
-		}
-		return found
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for len(ours()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if left := ours(); len(left) > 0 {
-		t.Errorf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
 
@@ -179,49 +99,6 @@ func TestCampaignResignAndLeader(t *testing.T) {
 		require.NoError(t, second.Resign(ctx))
 		_, err = a.Leader(ctx)
 		require.ErrorIs(t, err, election.ErrNoLeader)
-		elNoGoroutinesLeft(t)
-	})
-}
-
-// Observe delivers the current leader first, then each new leader in
-// order of election, and closes when its ctx ends.
-func TestObserveInOrder(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := elCtx(t)
-		e := election.New(elLocker(b), "observed")
-		first, err := e.Campaign(ctx, "first")
-		require.NoError(t, err)
-
-		octx, cancel := context.WithCancel(ctx)
-		seen := e.Observe(octx)
-		got := func() election.Leader {
-			t.Helper()
-			select {
-			case l := <-seen:
-				return l
-			case <-time.After(5 * time.Second):
-				t.Fatal("Observe delivered nothing within 5s")
-				return election.Leader{}
-			}
-		}
-		assert.Equal(t, election.Leader{Value: "first", Token: first.Token()}, got(), "the current leader first")
-
-		prev := first
-		for _, v := range []string{"second", "third"} {
-			require.NoError(t, prev.Resign(ctx))
-			term, err := e.Campaign(ctx, v)
-			require.NoError(t, err)
-			assert.Equal(t, election.Leader{Value: v, Token: term.Token()}, got())
-			prev = term
-		}
-		require.NoError(t, prev.Resign(ctx))
-		cancel()
-		select {
-		case _, open := <-seen:
-			assert.False(t, open, "a leader delivered after ctx ended")
-		case <-time.After(5 * time.Second):
-			t.Fatal("Observe's channel not closed after ctx ended")
-		}
 		elNoGoroutinesLeft(t)
 	})
 }
@@ -376,11 +253,11 @@ func TestRunErrors(t *testing.T) {
 			if atomic.AddInt32(&calls, 1) == 1 {
 				// Another owner takes the key: the heartbeat finds the
 				// term lost.
-				require.NoError(t, b.Client.Set(ctx, link.Locker(l).Key("runerr", "lock"), "thief:1", 200*time.Millisecond).Err())
+				require.NoError(t, b.Client.Set(ctx, mustKey(l.Key("runerr", "lock")), "thief:1", 200*time.Millisecond).Err())
 				<-fctx.Done()
 				cause = context.Cause(fctx)
 				// The thief goes (miniredis does not expire keys).
-				require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("runerr", "lock")).Err())
+				require.NoError(t, b.Client.Del(ctx, mustKey(l.Key("runerr", "lock"))).Err())
 				return fctx.Err()
 			}
 			return boom
@@ -504,6 +381,31 @@ func TestRunWithoutPubSub(t *testing.T) {
 		assert.EqualValues(t, 1, atomic.LoadInt32(&calls), "fn's runs")
 		elNoGoroutinesLeft(t)
 	})
+}
+
+// Run returns Redis's refusal of a command to the client's ACL user, at
+// once and naming the command, instead of campaigning again for ever.
+func TestRunReturnsAnACLRefusal(t *testing.T) {
+	_, user := elACLUser(t, "+@all", "-time", "~*", "&*")
+	// elACLUser's client fails the test on a script's error: this test
+	// expects one.
+	noHook := redis.NewClient(user.Options())
+	t.Cleanup(func() { noHook.Close() })
+	ctx := elCtx(t)
+	e := election.New(fencedlock.New(noHook), "office", election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+		t.Error("fn ran, though the user may not run TIME")
+		return nil
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run must not campaign again until its ctx ends")
+	assert.Contains(t, err.Error(), "TIME")
+	assert.Contains(t, err.Error(), "docs/redis.md#acl")
+	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 // A leader record lost while its term lasts (deleted, evicted) is written

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -94,8 +94,16 @@ func (h scriptErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // elKeys returns the keys of the election name of l: its lock, its leader
 // record, and its channel.
 func elKeys(l *fencedlock.Locker, name string) (lock, record, channel string) {
-	in := link.Locker(l)
-	return in.Key(name, "lock"), in.Key(name, "leader"), in.Key(name, "leaders")
+	return mustKey(l.Key(name, "lock")), mustKey(l.Key(name, "leader")), mustKey(l.Key(name, "leaders"))
+}
+
+// mustKey returns the key of a Locker.Key that cannot fail: a name the
+// test chose.
+func mustKey(key string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return key
 }
 
 // elNext returns the next leader that seen delivers, failing t when none
@@ -180,4 +188,38 @@ func (c *splitClient) directSubscriber(ctx context.Context, admin *redis.Client)
 		}
 	}
 	return false
+}
+
+func elCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func elLocker(b *redistest.Backend) *fencedlock.Locker {
+	return fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+}
+
+// elNoGoroutinesLeft fails t if goroutines of the library or go-redis
+// subscriptions still run a second after the test's terms ended.
+func elNoGoroutinesLeft(t *testing.T) {
+	t.Helper()
+	ours := func() []string {
+		buf := make([]byte, 1<<22)
+		var found []string
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "fencedlock/election.") || strings.Contains(g, "go-redis/v9.(*channel)") {
+				found = append(found, g)
+			}
+		}
+		return found
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(ours()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := ours(); len(left) > 0 {
+		t.Errorf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
 }

@@ -175,3 +175,46 @@ func TestObserveReadsTheLeaderOnceSubscribed(t *testing.T) {
 	cancel()
 	elNoGoroutinesLeft(t)
 }
+
+// Observe delivers the current leader first, then each new leader in
+// order of election, and closes when its ctx ends.
+func TestObserveInOrder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		e := election.New(elLocker(b), "observed")
+		first, err := e.Campaign(ctx, "first")
+		require.NoError(t, err)
+
+		octx, cancel := context.WithCancel(ctx)
+		seen := e.Observe(octx)
+		got := func() election.Leader {
+			t.Helper()
+			select {
+			case l := <-seen:
+				return l
+			case <-time.After(5 * time.Second):
+				t.Fatal("Observe delivered nothing within 5s")
+				return election.Leader{}
+			}
+		}
+		assert.Equal(t, election.Leader{Value: "first", Token: first.Token()}, got(), "the current leader first")
+
+		prev := first
+		for _, v := range []string{"second", "third"} {
+			require.NoError(t, prev.Resign(ctx))
+			term, err := e.Campaign(ctx, v)
+			require.NoError(t, err)
+			assert.Equal(t, election.Leader{Value: v, Token: term.Token()}, got())
+			prev = term
+		}
+		require.NoError(t, prev.Resign(ctx))
+		cancel()
+		select {
+		case _, open := <-seen:
+			assert.False(t, open, "a leader delivered after ctx ended")
+		case <-time.After(5 * time.Second):
+			t.Fatal("Observe's channel not closed after ctx ended")
+		}
+		elNoGoroutinesLeft(t)
+	})
+}

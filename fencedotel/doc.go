@@ -1,4 +1,4 @@
-// Package fencedotel provides an OpenTelemetry [fencedlock.Observer]:
+// Package fencedotel provides an OpenTelemetry [observe.Observer]:
 // metrics and spans for the locks of a [fencedlock.Locker] and the writes
 // to, and fences of, the stores that [fencedlock.ObserveStore] wraps.
 //

@@ -157,3 +157,12 @@ func otEventually(t *testing.T, cond func() bool, what string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// mustKey returns the key of a Locker.Key that cannot fail: a name the
+// test chose.
+func mustKey(key string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return key
+}

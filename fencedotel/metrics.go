@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The metrics' names: see the package documentation.
@@ -23,7 +23,7 @@ const (
 // The attribute keys of metrics and spans.
 const (
 	// AttrOutcome is the outcome of an acquire, a store write or a store
-	// fence, the String of its fencedlock.Outcome: "acquired", "stale", ...
+	// fence, the String of its observe.Outcome: "acquired", "stale", ...
 	AttrOutcome = attribute.Key("fencedlock.outcome")
 	// AttrResource is the resource's name: on spans always, on metrics
 	// only with WithResourceAttribute(true).
@@ -123,7 +123,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		return in, wrap(MetricStoreFences, err)
 	}
 	for o := range in.byOutcome {
-		in.byOutcome[o] = newMeasureOpts(attribute.NewSet(AttrOutcome.String(fencedlock.Outcome(o).String())))
+		in.byOutcome[o] = newMeasureOpts(attribute.NewSet(AttrOutcome.String(observe.Outcome(o).String())))
 	}
 	in.noAttrs = newMeasureOpts(*attribute.EmptySet())
 	return in, nil
@@ -131,7 +131,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 
 // outcomeOpts returns the measurement options of outcome o, and of
 // resource when withResource is on.
-func (in *instruments) outcomeOpts(o fencedlock.Outcome, resource string, withResource bool) measureOpts {
+func (in *instruments) outcomeOpts(o observe.Outcome, resource string, withResource bool) measureOpts {
 	if withResource {
 		return newMeasureOpts(attribute.NewSet(AttrOutcome.String(o.String()), AttrResource.String(resource)))
 	}
@@ -150,32 +150,32 @@ func (in *instruments) plainOpts(resource string, withResource bool) measureOpts
 	return in.noAttrs
 }
 
-// acquireEnd records an EventAcquireEnd: its duration, and one more
+// acquireEnd records an observe.AcquireEnd: its duration, and one more
 // lock held when it was granted.
-func (in *instruments) acquireEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
+func (in *instruments) acquireEnd(ctx context.Context, e observe.Event, withResource bool) {
 	in.acquireDuration.Record(ctx, e.Duration.Seconds(), in.outcomeOpts(e.Outcome, e.Resource, withResource).record...)
-	if e.Outcome == fencedlock.OutcomeAcquired {
+	if e.Outcome == observe.Acquired {
 		in.held.Add(ctx, 1, in.plainOpts(e.Resource, withResource).add...)
 	}
 }
 
 // lockEnd records an EventLockEnd: one lock less held, how long it was
 // held, and whether it was lost.
-func (in *instruments) lockEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
+func (in *instruments) lockEnd(ctx context.Context, e observe.Event, withResource bool) {
 	opts := in.plainOpts(e.Resource, withResource)
 	in.held.Add(ctx, -1, opts.add...)
 	in.holdDuration.Record(ctx, e.Duration.Seconds(), opts.record...)
-	if e.Outcome == fencedlock.OutcomeLost {
+	if e.Outcome == observe.Lost {
 		in.lost.Add(ctx, 1, opts.add...)
 	}
 }
 
 // storeWriteEnd counts an EventStoreWriteEnd by its outcome.
-func (in *instruments) storeWriteEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
+func (in *instruments) storeWriteEnd(ctx context.Context, e observe.Event, withResource bool) {
 	in.writes.Add(ctx, 1, in.outcomeOpts(e.Outcome, e.Resource, withResource).add...)
 }
 
 // storeFenceEnd counts an EventStoreFenceEnd by its outcome.
-func (in *instruments) storeFenceEnd(ctx context.Context, e fencedlock.Event, withResource bool) {
+func (in *instruments) storeFenceEnd(ctx context.Context, e observe.Event, withResource bool) {
 	in.fences.Add(ctx, 1, in.outcomeOpts(e.Outcome, e.Resource, withResource).add...)
 }

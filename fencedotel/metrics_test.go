@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencedotel"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -158,7 +157,7 @@ func TestMetricsLostLock(t *testing.T) {
 		v, _ := otSum(t, o.metrics(t)[fencedotel.MetricLockHeld])
 		require.Equal(t, int64(1), v)
 
-		require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("lost", "lock")).Err())
+		require.NoError(t, b.Client.Del(ctx, mustKey(l.Key("lost", "lock"))).Err())
 		select {
 		case <-lock.Done():
 		case <-ctx.Done():

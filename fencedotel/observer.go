@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // ScopeName is the instrumentation scope of the Observer's meter and
@@ -18,7 +18,7 @@ const ScopeName = "github.com/fencedlock/fencedlock/fencedotel"
 // Observer turns the events of a [fencedlock.Locker], and of the stores
 // that [fencedlock.ObserveStore] wraps, into OpenTelemetry metrics and
 // spans (see the package documentation for their names). It implements
-// [fencedlock.Observer].
+// [observe.Observer].
 //
 // An Observer is safe for concurrent use, and one may serve any number
 // of Lockers and stores: it is not changed after NewObserver. It takes
@@ -102,12 +102,12 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	}, nil
 }
 
-// Observe implements [fencedlock.Observer]: it records e in the metrics,
-// and starts or ends a span. For EventAcquireStart, EventReleaseStart,
-// EventStoreWriteStart and EventStoreFenceStart it returns ctx with the
+// Observe implements [observe.Observer]: it records e in the metrics,
+// and starts or ends a span. For observe.AcquireStart, ReleaseStart,
+// StoreWriteStart and StoreFenceStart it returns ctx with the
 // span it started; for every other event, ctx. Kinds of events it does
 // not know are ignored.
-func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Context {
+func (o *Observer) Observe(ctx context.Context, e observe.Event) context.Context {
 	if o == nil || o.tracer == nil {
 		return ctx // nil, or not made by NewObserver
 	}
@@ -116,27 +116,27 @@ func (o *Observer) Observe(ctx context.Context, e fencedlock.Event) context.Cont
 		ctx = context.Background()
 	}
 	switch e.Kind {
-	case fencedlock.EventAcquireStart:
+	case observe.AcquireStart:
 		return o.startSpan(ctx, spanAcquire, e)
-	case fencedlock.EventAcquireEnd:
+	case observe.AcquireEnd:
 		o.m.acquireEnd(ctx, e, o.resourceAttr)
 		o.endAcquireSpan(ctx, e)
-	case fencedlock.EventLockEnd:
+	case observe.LockEnd:
 		o.m.lockEnd(ctx, e, o.resourceAttr)
-	case fencedlock.EventReleaseStart:
+	case observe.ReleaseStart:
 		return o.startSpan(ctx, spanRelease, e)
-	case fencedlock.EventReleaseEnd:
+	case observe.ReleaseEnd:
 		o.endReleaseSpan(ctx, e)
-	case fencedlock.EventHandOver:
+	case observe.HandOver:
 		handOverEvent(ctx, e)
-	case fencedlock.EventStoreWriteStart:
+	case observe.StoreWriteStart:
 		return o.startSpan(ctx, spanStorePut, e)
-	case fencedlock.EventStoreWriteEnd:
+	case observe.StoreWriteEnd:
 		o.m.storeWriteEnd(ctx, e, o.resourceAttr)
 		o.endStoreSpan(ctx, spanStorePut, e)
-	case fencedlock.EventStoreFenceStart:
+	case observe.StoreFenceStart:
 		return o.startSpan(ctx, spanStoreFence, e)
-	case fencedlock.EventStoreFenceEnd:
+	case observe.StoreFenceEnd:
 		o.m.storeFenceEnd(ctx, e, o.resourceAttr)
 		o.endStoreSpan(ctx, spanStoreFence, e)
 	}

@@ -23,10 +23,11 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencedotel"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The Observer satisfies the interface the Locker takes.
-var _ fencedlock.Observer = (*fencedotel.Observer)(nil)
+var _ observe.Observer = (*fencedotel.Observer)(nil)
 
 // A nil Observer, and one not made by NewObserver, observe nothing and
 // return ctx; a Locker works with either.
@@ -34,8 +35,8 @@ func TestObserverNilAndZero(t *testing.T) {
 	b := redistest.Mini(t)
 	ctx := otCtx(t)
 	for name, obs := range map[string]*fencedotel.Observer{"nil": nil, "zero": {}} {
-		for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreFenceEnd; kind++ {
-			assert.Equal(t, ctx, obs.Observe(ctx, fencedlock.Event{Kind: kind, Resource: "r", Token: 1}), "%s Observer, %v", name, kind)
+		for kind := observe.AcquireStart; kind <= observe.StoreFenceEnd; kind++ {
+			assert.Equal(t, ctx, obs.Observe(ctx, observe.Event{Kind: kind, Resource: "r", Token: 1}), "%s Observer, %v", name, kind)
 		}
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix+name), fencedlock.WithObserver(obs))
 		lock, err := l.TryAcquire(ctx, "r", time.Second)
@@ -49,16 +50,16 @@ func TestObserverNilAndZero(t *testing.T) {
 func TestObserverNilCtx(t *testing.T) {
 	o := otNew(t)
 	//lint:ignore SA1012 a nil ctx is what this test is about
-	ctx := o.obs.Observe(nil, fencedlock.Event{Kind: fencedlock.EventStoreWriteStart, Resource: "r", Token: 1})
+	ctx := o.obs.Observe(nil, observe.Event{Kind: observe.StoreWriteStart, Resource: "r", Token: 1})
 	require.NotNil(t, ctx)
-	o.obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "r", Token: 1, Outcome: fencedlock.OutcomeAccepted})
+	o.obs.Observe(ctx, observe.Event{Kind: observe.StoreWriteEnd, Resource: "r", Token: 1, Outcome: observe.Accepted})
 	assert.Len(t, o.ended(fencedotel.SpanStorePut), 1)
 
 	noop, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(metricnoop.NewMeterProvider()), fencedotel.WithTracerProvider(tracenoop.NewTracerProvider()))
 	require.NoError(t, err)
-	for kind := fencedlock.EventAcquireStart; kind <= fencedlock.EventStoreFenceEnd; kind++ {
+	for kind := observe.AcquireStart; kind <= observe.StoreFenceEnd; kind++ {
 		//lint:ignore SA1012 a nil ctx is what this test is about
-		got := noop.Observe(nil, fencedlock.Event{Kind: kind, Resource: "r", Token: 1})
+		got := noop.Observe(nil, observe.Event{Kind: kind, Resource: "r", Token: 1})
 		assert.NotNil(t, got, "%v", kind)
 	}
 }
@@ -68,8 +69,8 @@ func TestObserverNilCtx(t *testing.T) {
 func TestObserverIgnoresOtherKinds(t *testing.T) {
 	o := otNew(t)
 	ctx := otCtx(t)
-	for _, kind := range []fencedlock.EventKind{0, fencedlock.EventRefreshFailed, 200} {
-		got := o.obs.Observe(ctx, fencedlock.Event{Kind: kind, Resource: "r", Token: 1, Outcome: fencedlock.OutcomeLost, Err: errors.New("x")})
+	for _, kind := range []observe.Kind{0, observe.RefreshFailed, 200} {
+		got := o.obs.Observe(ctx, observe.Event{Kind: kind, Resource: "r", Token: 1, Outcome: observe.Lost, Err: errors.New("x")})
 		assert.Equal(t, ctx, got, "%v", kind)
 	}
 	assert.Empty(t, o.metrics(t), "metrics recorded")
@@ -254,17 +255,17 @@ func TestObserverAllocations(t *testing.T) {
 		obs, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(mp), fencedotel.WithTracerProvider(tp))
 		require.NoError(t, err)
 		ends := testing.AllocsPerRun(100, func() {
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventAcquireEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeAcquired, Duration: time.Millisecond})
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventLockEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeLost, Duration: time.Millisecond})
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeStale, Duration: time.Millisecond})
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreFenceEnd, Resource: "r", Token: 5, Outcome: fencedlock.OutcomeAccepted, Duration: time.Millisecond})
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventReleaseEnd, Resource: "r", Token: 5})
+			obs.Observe(ctx, observe.Event{Kind: observe.AcquireEnd, Resource: "r", Token: 5, Outcome: observe.Acquired, Duration: time.Millisecond})
+			obs.Observe(ctx, observe.Event{Kind: observe.LockEnd, Resource: "r", Token: 5, Outcome: observe.Lost, Duration: time.Millisecond})
+			obs.Observe(ctx, observe.Event{Kind: observe.StoreWriteEnd, Resource: "r", Token: 5, Outcome: observe.Stale, Duration: time.Millisecond})
+			obs.Observe(ctx, observe.Event{Kind: observe.StoreFenceEnd, Resource: "r", Token: 5, Outcome: observe.Accepted, Duration: time.Millisecond})
+			obs.Observe(ctx, observe.Event{Kind: observe.ReleaseEnd, Resource: "r", Token: 5})
 		})
 		assert.Zero(t, ends, "%s: allocations of five end events", name)
 		tracer := tp.Tracer("bare")
 		bare := testing.AllocsPerRun(100, func() { tracer.Start(ctx, "bare") })
 		start := testing.AllocsPerRun(100, func() {
-			obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventAcquireStart, Resource: "r", TTL: time.Second})
+			obs.Observe(ctx, observe.Event{Kind: observe.AcquireStart, Resource: "r", TTL: time.Second})
 		})
 		assert.Equal(t, bare, start, "%s: allocations of a start event, against a bare tracer.Start", name)
 	}

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The spans' names: see the package documentation.
@@ -59,7 +59,7 @@ func newSpanKeys() spanKeys {
 // gets its attributes, and is kept in ctx under the Observer's key for
 // kind too, to be ended by the end event; one that does not (a no-op
 // tracer, or not sampled) needs neither, which spares their cost.
-func (o *Observer) startSpan(ctx context.Context, kind spanKind, e fencedlock.Event) context.Context {
+func (o *Observer) startSpan(ctx context.Context, kind spanKind, e observe.Event) context.Context {
 	ctx, span := o.tracer.Start(ctx, spanNames[kind])
 	if span == nil || !span.IsRecording() {
 		return ctx
@@ -88,7 +88,7 @@ func (o *Observer) ownSpan(ctx context.Context, kind spanKind) (trace.Span, bool
 
 // endAcquireSpan ends the acquire span with the outcome, the wait and,
 // when granted, the token; a failure sets the error status.
-func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
+func (o *Observer) endAcquireSpan(ctx context.Context, e observe.Event) {
 	span, ok := o.ownSpan(ctx, spanAcquire)
 	if !ok {
 		return
@@ -106,7 +106,7 @@ func (o *Observer) endAcquireSpan(ctx context.Context, e fencedlock.Event) {
 
 // endReleaseSpan ends the release span, with the error status when the
 // release failed.
-func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
+func (o *Observer) endReleaseSpan(ctx context.Context, e observe.Event) {
 	span, ok := o.ownSpan(ctx, spanRelease)
 	if !ok {
 		return
@@ -118,7 +118,7 @@ func (o *Observer) endReleaseSpan(ctx context.Context, e fencedlock.Event) {
 // endStoreSpan ends the span of a store write (kind spanStorePut) or
 // fence (spanStoreFence) with its outcome, and the error status when the
 // token was refused or the call failed.
-func (o *Observer) endStoreSpan(ctx context.Context, kind spanKind, e fencedlock.Event) {
+func (o *Observer) endStoreSpan(ctx context.Context, kind spanKind, e observe.Event) {
 	span, ok := o.ownSpan(ctx, kind)
 	if !ok {
 		return
@@ -131,7 +131,7 @@ func (o *Observer) endStoreSpan(ctx context.Context, kind spanKind, e fencedlock
 // handOverEvent adds a span event for a hand-over to the span in ctx,
 // whoever started it: the release's span when Release handed the lock
 // on, the acquire's when a waiter leaving the queue did.
-func handOverEvent(ctx context.Context, e fencedlock.Event) {
+func handOverEvent(ctx context.Context, e observe.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -152,9 +152,9 @@ func setErr(span trace.Span, err error) {
 // tokenAttr is the fencedlock.token attribute of t: an int64 when it
 // fits, its decimal string when it does not, so no token ever shows as a
 // negative number.
-func tokenAttr(t fencedlock.Token) attribute.KeyValue {
-	if uint64(t) <= math.MaxInt64 {
+func tokenAttr(t uint64) attribute.KeyValue {
+	if t <= math.MaxInt64 {
 		return AttrToken.Int64(int64(t))
 	}
-	return AttrToken.String(strconv.FormatUint(uint64(t), 10))
+	return AttrToken.String(strconv.FormatUint(t, 10))
 }

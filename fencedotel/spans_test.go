@@ -17,8 +17,8 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencedotel"
-	"github.com/fencedlock/fencedlock/internal/link"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // otSpanHook is a go-redis hook that records the span in the ctx of
@@ -168,7 +168,7 @@ func TestSpansFailures(t *testing.T) {
 		assert.GreaterOrEqual(t, wait.AsFloat64(), 30.0, "waited 30ms at least")
 		assert.LessOrEqual(t, wait.AsFloat64(), otSpanMS(waited)+otWaitSlackMS, "about the span's duration")
 
-		require.NoError(t, b.Client.Del(ctx, link.Locker(l).Key("failing", "lock")).Err())
+		require.NoError(t, b.Client.Del(ctx, mustKey(l.Key("failing", "lock"))).Err())
 		err = holder.Release(ctx)
 		require.ErrorIs(t, err, fencedlock.ErrLockLost)
 		rel := otOne(t, o, fencedotel.SpanRelease)
@@ -331,8 +331,8 @@ func TestSpansHandOver(t *testing.T) {
 func TestSpansNeverEndOthers(t *testing.T) {
 	o := otNew(t)
 	ctx, caller := o.tp.Tracer("test").Start(otCtx(t), "caller")
-	for _, kind := range []fencedlock.EventKind{fencedlock.EventAcquireEnd, fencedlock.EventReleaseEnd, fencedlock.EventStoreWriteEnd, fencedlock.EventStoreFenceEnd} {
-		got := o.obs.Observe(ctx, fencedlock.Event{Kind: kind, Resource: "r", Token: 1, Outcome: fencedlock.OutcomeAcquired})
+	for _, kind := range []observe.Kind{observe.AcquireEnd, observe.ReleaseEnd, observe.StoreWriteEnd, observe.StoreFenceEnd} {
+		got := o.obs.Observe(ctx, observe.Event{Kind: kind, Resource: "r", Token: 1, Outcome: observe.Acquired})
 		assert.Equal(t, ctx, got, "%v returns ctx", kind)
 	}
 	assert.True(t, caller.IsRecording(), "an end event ended the caller's span")
@@ -340,18 +340,18 @@ func TestSpansNeverEndOthers(t *testing.T) {
 
 	// Another Observer's operation, ended by this one: untouched.
 	other := otNew(t)
-	for _, c := range []struct{ start, end fencedlock.EventKind }{
-		{fencedlock.EventAcquireStart, fencedlock.EventAcquireEnd},
-		{fencedlock.EventReleaseStart, fencedlock.EventReleaseEnd},
-		{fencedlock.EventStoreWriteStart, fencedlock.EventStoreWriteEnd},
-		{fencedlock.EventStoreFenceStart, fencedlock.EventStoreFenceEnd},
+	for _, c := range []struct{ start, end observe.Kind }{
+		{observe.AcquireStart, observe.AcquireEnd},
+		{observe.ReleaseStart, observe.ReleaseEnd},
+		{observe.StoreWriteStart, observe.StoreWriteEnd},
+		{observe.StoreFenceStart, observe.StoreFenceEnd},
 	} {
-		octx := other.obs.Observe(ctx, fencedlock.Event{Kind: c.start, Resource: "r", Token: 1})
+		octx := other.obs.Observe(ctx, observe.Event{Kind: c.start, Resource: "r", Token: 1})
 		theirs := trace.SpanFromContext(octx)
 		require.NotEqual(t, caller.SpanContext().SpanID(), theirs.SpanContext().SpanID(), "%v started a span", c.start)
-		o.obs.Observe(octx, fencedlock.Event{Kind: c.end, Resource: "r", Token: 1})
+		o.obs.Observe(octx, observe.Event{Kind: c.end, Resource: "r", Token: 1})
 		assert.True(t, theirs.IsRecording(), "%v of one Observer ended another's span", c.end)
-		other.obs.Observe(octx, fencedlock.Event{Kind: c.end, Resource: "r", Token: 1})
+		other.obs.Observe(octx, observe.Event{Kind: c.end, Resource: "r", Token: 1})
 		assert.False(t, theirs.IsRecording(), "%v of its own Observer did not end the span", c.end)
 	}
 	assert.Empty(t, o.spans.Ended())
@@ -359,11 +359,11 @@ func TestSpansNeverEndOthers(t *testing.T) {
 
 	// The span of an operation nested in another of the same kind: each
 	// end ends its own.
-	outer := o.obs.Observe(ctx, fencedlock.Event{Kind: fencedlock.EventStoreWriteStart, Resource: "outer", Token: 1})
-	inner := o.obs.Observe(outer, fencedlock.Event{Kind: fencedlock.EventStoreWriteStart, Resource: "inner", Token: 1})
-	o.obs.Observe(inner, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "inner", Token: 1})
+	outer := o.obs.Observe(ctx, observe.Event{Kind: observe.StoreWriteStart, Resource: "outer", Token: 1})
+	inner := o.obs.Observe(outer, observe.Event{Kind: observe.StoreWriteStart, Resource: "inner", Token: 1})
+	o.obs.Observe(inner, observe.Event{Kind: observe.StoreWriteEnd, Resource: "inner", Token: 1})
 	assert.True(t, trace.SpanFromContext(outer).IsRecording(), "the inner end ended the outer span")
-	o.obs.Observe(outer, fencedlock.Event{Kind: fencedlock.EventStoreWriteEnd, Resource: "outer", Token: 1})
+	o.obs.Observe(outer, observe.Event{Kind: observe.StoreWriteEnd, Resource: "outer", Token: 1})
 	puts := o.ended(fencedotel.SpanStorePut)
 	require.Len(t, puts, 2)
 	otAssertAttr(t, puts[0], fencedotel.AttrResource, attribute.StringValue("inner"))

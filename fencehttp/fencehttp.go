@@ -26,7 +26,7 @@ func SetToken(r *http.Request, t fencedlock.Token) {
 		return
 	}
 	if r.Header == nil {
-		if t.IsZero() {
+		if t == 0 {
 			return
 		}
 		r.Header = make(http.Header)
@@ -42,7 +42,7 @@ func SetTokenHeader(h http.Header, t fencedlock.Token) {
 	if h == nil {
 		return
 	}
-	if t.IsZero() {
+	if t == 0 {
 		h.Del(Header)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // The append workload: a read-modify-write that the register checkers
@@ -148,7 +149,7 @@ func (w *worker) getThenPut(ctx context.Context, store fencedlock.Store, res str
 }
 
 // updateRecorder records the store calls of one update as ops: it is the
-// fencedlock.Observer of the store the update goes through
+// observe.Observer of the store the update goes through
 // (fencedlock.ObserveStore), which reports the Fence (Update's fenced
 // read: one call to a store that fences and reads in one step, else Fence
 // then Get) and the Put, and it bounds each of them by updateCallFor. fn
@@ -165,16 +166,16 @@ type updateRecorder struct {
 	failed      opKind // the call that returned an error, if one did
 }
 
-// Observe implements fencedlock.Observer.
-func (r *updateRecorder) Observe(ctx context.Context, e fencedlock.Event) context.Context {
+// Observe implements observe.Observer.
+func (r *updateRecorder) Observe(ctx context.Context, e observe.Event) context.Context {
 	switch e.Kind {
-	case fencedlock.EventStoreFenceStart, fencedlock.EventStoreWriteStart:
+	case observe.StoreFenceStart, observe.StoreWriteStart:
 		r.call = now()
 		ctx, r.cancel = context.WithTimeout(ctx, updateCallFor)
-	case fencedlock.EventStoreFenceEnd, fencedlock.EventStoreWriteEnd:
+	case observe.StoreFenceEnd, observe.StoreWriteEnd:
 		r.cancel()
-		o := op{Client: r.w.spec.ID, Resource: e.Resource, Kind: opFence, Token: e.Token, Call: r.call}
-		if e.Kind == fencedlock.EventStoreWriteEnd {
+		o := op{Client: r.w.spec.ID, Resource: e.Resource, Kind: opFence, Token: fencedlock.Token(e.Token), Call: r.call}
+		if e.Kind == observe.StoreWriteEnd {
 			o.Kind, o.Value, o.Paused = opPut, r.value, r.paused
 		}
 		o.endPut(e.Err)

@@ -1,8 +1,6 @@
 package safety
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -191,112 +189,6 @@ func TestCheckDeliveriesCatchesAMismatch(t *testing.T) {
 	entries = append(entries, ledgerEntry{Resource: "r", Token: 13, Value: "nobody", Accepted: true})
 	if r := checkDeliveries(ops, entries); r.Orphans != 1 {
 		t.Errorf("deliveries: %+v", r)
-	}
-}
-
-// flakyStore fails the Puts, Fences and Gets it is told to, around a
-// MemoryStore: failPut fails the next Put, failFence the next Fence,
-// after applying it (applyFailed) or without; failGet fails every Get
-// while set.
-type flakyStore struct {
-	inner       fencedlock.Store
-	failPut     bool
-	failFence   bool
-	applyFailed bool
-	failGet     bool
-}
-
-var errFlaky = errors.New("flaky store: connection reset")
-
-func (s *flakyStore) Put(ctx context.Context, resource string, token fencedlock.Token, value []byte) error {
-	if s.failPut {
-		s.failPut = false
-		if s.applyFailed {
-			if err := s.inner.Put(ctx, resource, token, value); err != nil {
-				return err
-			}
-		}
-		return errFlaky
-	}
-	return s.inner.Put(ctx, resource, token, value)
-}
-
-func (s *flakyStore) Fence(ctx context.Context, resource string, token fencedlock.Token) error {
-	if s.failFence {
-		s.failFence = false
-		if s.applyFailed {
-			if err := s.inner.Fence(ctx, resource, token); err != nil {
-				return err
-			}
-		}
-		return errFlaky
-	}
-	return s.inner.Fence(ctx, resource, token)
-}
-
-func (s *flakyStore) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
-	if s.failGet {
-		return nil, 0, errFlaky
-	}
-	return s.inner.Get(ctx, resource)
-}
-
-// The ledger's store-error path: a write that fails with the read-back
-// failing too is recorded as an error, and checker A neither blames the
-// refusals it may explain nor stops checking the refusals after it.
-func TestCheckerAStoreErrors(t *testing.T) {
-	ctx := context.Background()
-	flaky := &flakyStore{inner: fencedlock.NewMemoryStore()}
-	led := &ledger{inner: flaky}
-	put := func(token fencedlock.Token, value string) error {
-		return led.Put(ctx, "r", token, []byte(value))
-	}
-	if err := put(10, "a"); err != nil {
-		t.Fatal(err)
-	}
-	// Applied, but the store says it failed and cannot be read back.
-	flaky.failPut, flaky.applyFailed, flaky.failGet = true, true, true
-	if err := put(12, "b"); err == nil {
-		t.Fatal("want the store's error")
-	}
-	flaky.failGet = false
-	// Refused against the failed write, which had landed: explained.
-	if err := put(11, "c"); !errors.Is(err, fencedlock.ErrStaleToken) {
-		t.Fatalf("put 11: %v, want stale", err)
-	}
-	// Failed without being applied, and the read-back says so: not an
-	// error, not accepted.
-	flaky.failPut, flaky.applyFailed = true, false
-	if err := put(13, "d"); err == nil {
-		t.Fatal("want the store's error")
-	}
-	if err := put(14, "e"); err != nil {
-		t.Fatal(err)
-	}
-	entries := led.snapshot()
-	if len(entries) != 5 || entries[1].Err == "" || entries[3].Err == "" || entries[3].Accepted {
-		t.Fatalf("ledger: %+v", entries)
-	}
-	r := checkLedger(entries)
-	if !r.ok() || r.Errors != 2 || r.Accepted != 2 || r.Rejected != 1 || len(r.Stale) != 1 {
-		t.Errorf("checker A: %+v", r)
-	}
-	// The final value is the last accepted write; the failed writes
-	// below it can no longer land.
-	final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "e", Token: 14}}
-	if bad := checkFinalReads(r, final); len(bad) != 0 {
-		t.Errorf("final read: %v", bad)
-	}
-	final[0].Value, final[0].Token = "b", 12
-	if bad := checkFinalReads(r, final); len(bad) != 1 {
-		t.Errorf("final read of an overwritten value: %v, want a mismatch", bad)
-	}
-
-	// After the error, a refusal the rule does not explain is still
-	// caught: the store error does not blind checker A for good.
-	entries = append(entries, ledgerEntry{Resource: "r", Token: 13, Value: "f", Current: 12})
-	if r := checkLedger(entries); r.BadRejections != 1 {
-		t.Errorf("checker A after a store error: %+v, want 1 bad rejection", r)
 	}
 }
 
@@ -572,48 +464,5 @@ func TestCheckDeliveriesMatchesFences(t *testing.T) {
 	}
 	if r := checkDeliveries(ops, entries[1:]); r.Mismatches != 1 {
 		t.Errorf("deliveries, a fence seen accepted that the store never got: %+v", r)
-	}
-}
-
-// The ledger's Fence: a failed fence is recorded with its error, and
-// checker A lets it have landed (a later refusal reports it) or not.
-func TestLedgerRecordsFailedFences(t *testing.T) {
-	ctx := context.Background()
-	flaky := &flakyStore{inner: fencedlock.NewMemoryStore()}
-	led := &ledger{inner: flaky}
-	if err := led.Put(ctx, "r", 5, []byte("a")); err != nil {
-		t.Fatal(err)
-	}
-	flaky.failFence, flaky.applyFailed = true, true // applied, answered with an error
-	if err := led.Fence(ctx, "r", 8); !errors.Is(err, errFlaky) {
-		t.Fatalf("fence: %v, want the store's error", err)
-	}
-	if err := led.Put(ctx, "r", 6, []byte("b")); !errors.Is(err, fencedlock.ErrStaleToken) {
-		t.Fatalf("put below the failed fence that landed: %v, want stale", err)
-	}
-	flaky.failFence, flaky.applyFailed = true, false // not applied
-	if err := led.Fence(ctx, "r", 9); !errors.Is(err, errFlaky) {
-		t.Fatalf("fence: %v, want the store's error", err)
-	}
-	if err := led.Put(ctx, "r", 8, []byte("c")); err != nil {
-		t.Fatal(err)
-	}
-	entries := led.snapshot()
-	if len(entries) != 5 || !entries[1].Fence || entries[1].Err == "" || !entries[3].Fence || entries[3].Err == "" {
-		t.Fatalf("ledger: %+v", entries)
-	}
-	r := checkLedger(entries)
-	if !r.ok() || r.FenceErrors != 2 || r.Rejected != 1 || r.Accepted != 2 {
-		t.Errorf("checker A: %+v", r)
-	}
-	final := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "c", Token: 8}}
-	if bad := checkFinalReads(r, final); len(bad) != 0 {
-		t.Errorf("final read: %v", bad)
-	}
-	// The fence that landed raised the fence, not the value: up to the
-	// refusal that reported it, the value is still the first write.
-	before := []op{{Resource: "r", Kind: opGet, Final: true, Outcome: outOK, Value: "a", Token: 5}}
-	if bad := checkFinalReads(checkLedger(entries[:3]), before); len(bad) != 0 {
-		t.Errorf("final read after the fence that landed: %v", bad)
 	}
 }

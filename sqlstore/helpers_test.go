@@ -5,19 +5,23 @@ import (
 	crand "crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/lib/pq"
 	_ "github.com/lib/pq"  // driver "postgres"
 	_ "modernc.org/sqlite" // driver "sqlite"
 
+	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/mysqltest"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -255,4 +259,253 @@ func nullInt(n sql.NullInt64) string {
 		return "NULL"
 	}
 	return itoa(n.Int64)
+}
+
+// txEnv is a Store and a table "items" that Tx's fn writes to.
+type txEnv struct {
+	*backend
+	t     *testing.T
+	ctx   context.Context
+	s     *sqlstore.Store
+	items string
+}
+
+func newTxEnv(t *testing.T, b *backend) *txEnv {
+	t.Helper()
+	e := &txEnv{backend: b, t: t, ctx: testCtx(t), s: b.newStore(t), items: b.name(t, "items")}
+	b.exec(t, `CREATE TABLE `+e.items+` (resource TEXT NOT NULL, token BIGINT NOT NULL, note TEXT NOT NULL)`)
+	return e
+}
+
+// insert is what fn does: it adds an item in tx.
+func (e *txEnv) insert(tx *sql.Tx, resource string, token fencedlock.Token, note string) error {
+	_, err := tx.ExecContext(e.ctx, e.sql(`INSERT INTO `+e.items+` (resource, token, note) VALUES ($1, $2, $3)`), resource, int64(token), note)
+	return err
+}
+
+// tx runs Tx with an fn that inserts note, and reports whether fn ran.
+func (e *txEnv) tx(resource string, token fencedlock.Token, note string) (ran bool, err error) {
+	err = e.s.Tx(e.ctx, resource, token, func(tx *sql.Tx) error {
+		ran = true
+		return e.insert(tx, resource, token, note)
+	})
+	return ran, err
+}
+
+// mustTx runs tx and fails the test unless it was accepted.
+func (e *txEnv) mustTx(resource string, token fencedlock.Token, note string) {
+	e.t.Helper()
+	if ran, err := e.tx(resource, token, note); err != nil || !ran {
+		e.t.Fatalf("Tx(%q, %d) = %v, fn ran: %v; want it accepted", resource, token, err, ran)
+	}
+}
+
+// txCancelledInFn runs a Tx whose fn inserts note and then cancels the
+// Tx's context, so that it ends before the commit, and returns its error.
+func (e *txEnv) txCancelledInFn(resource string, token fencedlock.Token, note string) error {
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	return e.s.Tx(ctx, resource, token, func(tx *sql.Tx) error {
+		if err := e.insert(tx, resource, token, note); err != nil {
+			return err
+		}
+		cancel()
+		return nil
+	})
+}
+
+// txFailingCommit runs a Tx whose fn inserts note and a row that breaks a
+// deferred foreign key, so that its commit fails, and returns its error.
+func (e *txEnv) txFailingCommit(resource string, token fencedlock.Token, note string) error {
+	e.t.Helper()
+	parent, child := e.name(e.t, "parent"), e.name(e.t, "child")
+	e.exec(e.t, `CREATE TABLE `+parent+` (id INTEGER PRIMARY KEY)`)
+	e.exec(e.t, `CREATE TABLE `+child+` (parent_id INTEGER REFERENCES `+parent+` (id) DEFERRABLE INITIALLY DEFERRED)`)
+	return e.s.Tx(e.ctx, resource, token, func(tx *sql.Tx) error {
+		if err := e.insert(tx, resource, token, note); err != nil {
+			return err
+		}
+		// No parent 42: the deferred foreign key fails at commit.
+		_, err := tx.ExecContext(e.ctx, e.sql(`INSERT INTO `+child+` (parent_id) VALUES ($1)`), 42)
+		return err
+	})
+}
+
+// holdFence starts a Tx on resource with token whose fn waits, and
+// returns once that Tx holds the fence's lock (failing t if it returned
+// without running fn). free lets fn return fnErr; it may be called more
+// than once, from any goroutine. done then gives the holding Tx's error.
+func (e *txEnv) holdFence(t *testing.T, resource string, token fencedlock.Token, fnErr error) (free func(), done <-chan error) {
+	t.Helper()
+	holding, release := make(chan struct{}), make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		result <- e.s.Tx(e.ctx, resource, token, func(*sql.Tx) error {
+			close(holding)
+			<-release
+			return fnErr
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-result:
+		t.Fatalf("Tx(%q, %d) = %v without running fn; want it to hold the lock", resource, token, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(release) }) }, result
+}
+
+// notes returns the notes of resource's committed items, in insertion
+// order.
+func (e *txEnv) notes(resource string) string {
+	e.t.Helper()
+	rows, err := e.db.QueryContext(e.ctx, e.sql(`SELECT note FROM `+e.items+` WHERE resource = $1 ORDER BY token, note`), resource)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var notes []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		notes = append(notes, n)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Join(notes, ",")
+}
+
+func (e *txEnv) expectNotes(resource, want string) {
+	e.t.Helper()
+	if got := e.notes(resource); got != want {
+		e.t.Errorf("items of %q = %q; want %q", resource, got, want)
+	}
+}
+
+func (e *txEnv) expectFence(resource string, want fencedlock.Token) {
+	e.t.Helper()
+	got, err := e.s.CurrentFence(e.ctx, resource)
+	if want == 0 {
+		if !errors.Is(err, fencedlock.ErrNotFound) {
+			e.t.Errorf("CurrentFence(%q) = (%d, %v); want ErrNotFound", resource, got, err)
+		}
+		return
+	}
+	if err != nil || got != want {
+		e.t.Errorf("CurrentFence(%q) = (%d, %v); want %d", resource, got, err, want)
+	}
+}
+
+// expectStale checks that err is the StaleTokenError of token against
+// current.
+func expectStale(t *testing.T, err error, resource string, token, current fencedlock.Token) {
+	t.Helper()
+	var se *fencedlock.StaleTokenError
+	if !errors.As(err, &se) {
+		t.Errorf("error = %v; want a *fencedlock.StaleTokenError", err)
+		return
+	}
+	if se.Resource != resource || se.Token != token || se.Current != current {
+		t.Errorf("StaleTokenError{%q, Token %d, Current %d}; want {%q, Token %d, Current %d}", se.Resource, se.Token, se.Current, resource, token, current)
+	}
+	if !errors.Is(err, fencedlock.ErrStaleToken) {
+		t.Errorf("errors.Is(%v, ErrStaleToken) = false", err)
+	}
+}
+
+// expectIdle checks that Tx left no transaction open: every connection
+// went back to the pool, and none of the pool's connections is still in a
+// transaction.
+func (e *txEnv) expectIdle() {
+	e.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.db.Stats().InUse != 0 {
+		if time.Now().After(deadline) {
+			e.t.Errorf("%d connections still in use: a transaction was left open", e.db.Stats().InUse)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Take every idle connection at once (database/sql hands out idle
+	// connections before it opens new ones) and ask each whether it is
+	// in a transaction.
+	n := e.db.Stats().Idle
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := e.db.Conn(e.ctx)
+		if err != nil {
+			e.t.Fatalf("taking connection %d of %d from the pool: %v", i+1, n, err)
+		}
+		conns = append(conns, c)
+		in, err := inTransaction(e.ctx, e.dialect, c)
+		if err != nil {
+			e.t.Errorf("connection %d of %d: %v", i+1, n, err)
+		} else if in {
+			e.t.Errorf("connection %d of %d of the pool is still in a transaction", i+1, n)
+		}
+	}
+}
+
+// expectSurvived checks, after a failed Tx(6) on resource "r" that had
+// Put(5, "five") and Tx(5, "five"), that the database is still there, as
+// it was, and that the connection is out of the failed transaction.
+func (e *txEnv) expectSurvived() {
+	e.t.Helper()
+	e.expectIdle()
+	if v, tok, err := e.s.Get(e.ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+		e.t.Fatalf("Get after the failed Tx = (%q, %d, %v); want (\"five\", 5, nil)", v, tok, err)
+	}
+	e.expectFence("r", 5)
+	e.expectNotes("r", "five")
+	e.mustTx("r", 7, "seven")
+	e.expectNotes("r", "five,seven")
+	e.expectFence("r", 7)
+	e.expectIdle()
+}
+
+// inTransaction reports whether c is in a transaction, leaving it as it
+// was when it is not. SQLite refuses BEGIN in a transaction; PostgreSQL
+// refuses SAVEPOINT outside one (SQLSTATE 25P01), and in a failed one
+// (25P02); MariaDB says so in @@in_transaction (MySQL has no such
+// variable: the tests run on MariaDB).
+func inTransaction(ctx context.Context, d sqlstore.Dialect, c *sql.Conn) (bool, error) {
+	if d == sqlstore.MySQL {
+		var in bool
+		if err := c.QueryRowContext(ctx, `SELECT @@in_transaction`).Scan(&in); err != nil {
+			return false, fmt.Errorf("SELECT @@in_transaction: %w", err)
+		}
+		return in, nil
+	}
+	if d == sqlstore.SQLite {
+		_, err := c.ExecContext(ctx, `BEGIN`)
+		if err != nil {
+			if strings.Contains(err.Error(), "within a transaction") {
+				return true, nil
+			}
+			return false, fmt.Errorf("BEGIN: %w", err)
+		}
+		if _, err := c.ExecContext(ctx, `ROLLBACK`); err != nil {
+			return false, fmt.Errorf("ROLLBACK: %w", err)
+		}
+		return false, nil
+	}
+	_, err := c.ExecContext(ctx, `SAVEPOINT expect_idle`)
+	var pqErr *pq.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &pqErr) && pqErr.Code == "25P01":
+		return false, nil
+	case errors.As(err, &pqErr) && pqErr.Code == "25P02":
+		return true, nil
+	}
+	return false, fmt.Errorf("SAVEPOINT: %w", err)
 }

@@ -1,6 +1,6 @@
--- Shared prelude of the scripts that keep a token counter (or a record
--- of its tokens) only while its resource is in use: the idle expiry of
--- Locker's WithIdleExpiry. Times are in milliseconds.
+-- The idle expiry of Locker's WithIdleExpiry: a token counter (or a
+-- record of its tokens) is kept only while its resource is in use.
+-- Times are in milliseconds.
 
 -- How far ahead of the clock, in microseconds, a counter may be and still
 -- expire: 30 days. A counter is ahead by microseconds when grants come

@@ -1,8 +1,8 @@
--- Shared prelude of the RedisStore scripts. A resource's value key is a
--- hash: field t = the token that wrote the value, field v = the value,
--- field f = the fence, the highest token that wrote or fenced the
--- resource (a hash written before fences existed has no f: its fence is
--- t). A hash with f alone was fenced and never written.
+-- The value key of a RedisStore resource, a hash: field t = the token
+-- that wrote the value, field v = the value, field f = the fence, the
+-- highest token that wrote or fenced the resource (a hash written before
+-- fences existed has no f: its fence is t). A hash with f alone was
+-- fenced and never written.
 --
 -- Tokens are compared as digit strings, never as Lua numbers, which are
 -- doubles and exact only up to 2^53.

@@ -1,4 +1,5 @@
--- Shared prelude of the scripts that touch a token counter.
+-- The token counter of a resource, and grants of its tokens.
+--@requires get clock idle
 --
 -- A counter holds a non-negative decimal integer that INCR can still raise:
 -- at most 2^63 - 2. Comparisons are done on digit strings, never on Lua
@@ -28,7 +29,7 @@ end
 -- missing, or an error reply (a table) when it holds anything else,
 -- including a value of another type.
 local function read_counter(key)
-  local raw = redis.pcall('GET', key)
+  local raw = get(key)
   if not raw then
     return nil
   end
@@ -42,28 +43,6 @@ local function read_counter(key)
       ' has reached 2^63-1: it can grant no higher token')
   end
   return c
-end
-
--- The Redis server clock, read once per run: {seconds, microseconds}.
-local server_time
-local function now()
-  if not server_time then
-    server_time = redis.call('TIME')
-  end
-  return server_time
-end
-
--- The Redis server clock in microseconds, as a digit string: the floor of
--- a counter when a token is granted.
-local function clock_seed()
-  local t = now()
-  return t[1] .. string.format('%06d', tonumber(t[2]))
-end
-
--- The Redis server clock in milliseconds, as a number (exact: below 2^53).
-local function now_ms()
-  local t = now()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- Returns a fresh token from the counter at key as a digit string, and

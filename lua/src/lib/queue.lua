@@ -1,10 +1,11 @@
--- Shared prelude of the scripts that keep the queue of waiters, in two
--- keys: the queue, a sorted set of entries scored by arrival (server
--- clock, microseconds), and its deadlines, a hash from entry to the server
--- time in milliseconds after which the entry is dead.
+-- The queue of waiters, in two keys: the queue, a sorted set of entries
+-- scored by arrival (server clock, microseconds), and its deadlines, a
+-- hash from entry to the server time in milliseconds after which the
+-- entry is dead.
 -- An entry is a waiter's owner nonce, ':', and the TTL in milliseconds it
 -- asked for. A waiter renews its deadline while it waits; a waiter that
 -- stops renewing (its process died) is skipped once its deadline passes.
+--@requires clock
 
 -- Removes an entry from the queue at queue (its order) and deadlines.
 local function dequeue(queue, deadlines, entry)

@@ -1,0 +1,186 @@
+// Package call bounds round trips to Redis by their context, tells what
+// a failed round trip means, and runs the cleanups that must outlive a
+// call. The root package and package election share it.
+package call
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounded runs f, one round trip to Redis, and returns its result, or
+// ctx's error as soon as ctx ends, whichever comes first. go-redis heeds
+// a ctx deadline only when its client sets ContextTimeoutEnabled, and a
+// cancelled ctx not at all while it waits for a reply: so f runs in a
+// goroutine of its own, which the client's own timeouts end after the
+// caller has returned. f gets ctx, so that the client stops as soon as
+// it looks at ctx. When ctx had ended before, f is not run and the error
+// is a *NotSentError.
+func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := Err(ctx); err != nil {
+		return zero, &NotSentError{err}
+	}
+	if ctx.Done() == nil { // never ends: no need for a goroutine
+		return f(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch: // the answer came with the end of ctx
+			return r.v, r.err
+		default:
+			return zero, ctx.Err()
+		}
+	}
+}
+
+// NotSentError is Bounded's error when ctx had ended before anything was
+// sent: it wraps ctx's error (and its cause, see Err).
+type NotSentError struct{ err error }
+
+func (e *NotSentError) Error() string { return e.err.Error() }
+func (e *NotSentError) Unwrap() error { return e.err }
+
+// Ended returns ctx.Err(), or context.DeadlineExceeded once ctx's
+// deadline has passed although its timer has not fired yet; nil while
+// ctx lasts.
+func Ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Err is the error of a call that ctx stopped: Ended's, wrapped together
+// with context.Cause(ctx) when the cause says more (ctx was cancelled
+// with a cause of its own, such as a Lock's loss); nil while ctx lasts.
+func Err(ctx context.Context) error {
+	err := Ended(ctx)
+	if err == nil {
+		return nil
+	}
+	if cause := Cause(ctx); cause != nil {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
+}
+
+// Cause returns context.Cause(ctx) when ctx has ended with a cause of its
+// own, not just its error (context.Canceled, DeadlineExceeded); nil
+// otherwise. A call that such a ctx stopped is not a backend failure: its
+// error wraps the cause, not ErrUnavailable.
+func Cause(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return cause
+	}
+	return nil
+}
+
+// IsReply reports whether err is a reply from Redis (the command ran and
+// failed) rather than a failure to deliver the command or its reply.
+func IsReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// Unsent reports whether err proves that the command never reached
+// Redis: ctx had ended before it was sent, or no connection could be made
+// or had. (go-redis may have sent an earlier copy before a retry that
+// failed so; Redis then ran it with nobody told, as with any reply lost,
+// and its TTL bounds the harm.)
+func Unsent(err error) bool {
+	var ns *NotSentError
+	if errors.As(err, &ns) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
+// Unanswered reports whether err, a round trip's error, says that the
+// command may have reached Redis and run there with its reply lost (or
+// still on its way): not an error reply, and not a command that was
+// never sent.
+func Unanswered(err error) bool { return !IsReply(err) && !Unsent(err) }
+
+// scriptError returns the error reply msg without Redis's "ERR", and, for
+// a command that failed inside a script, the command's own error: Redis
+// before 7 wraps it ("ERR Error running script (call to f_...):
+// @user_script:12: -READONLY You can't write..."), Redis 7 keeps its
+// code.
+func scriptError(msg string) string {
+	msg = strings.TrimPrefix(msg, "ERR ")
+	if i := strings.LastIndex(msg, "@user_script:"); i >= 0 {
+		rest := msg[i+len("@user_script:"):]
+		// " 12: -READONLY ..." or "12: -READONLY ..."
+		if j := strings.IndexByte(rest, ':'); j >= 0 {
+			rest = strings.TrimLeft(rest[j+1:], " ")
+			if strings.HasPrefix(rest, "-") {
+				return rest[1:]
+			}
+		}
+	}
+	return msg
+}
+
+// transientReplies are the error replies of Redis that mean "not now": a
+// restart (LOADING), a failover (READONLY, MASTERDOWN, NOREPLICAS), a
+// Cluster reshard or outage (CLUSTERDOWN, TRYAGAIN, MOVED, ASK), a busy
+// script (BUSY).
+var transientReplies = [...]string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK", "NOREPLICAS"}
+
+// NotNow reports whether err, the error of a round trip, says that Redis
+// cannot answer now but may soon: a connection refused, reset or broken,
+// a reply that did not come in time, a full connection pool, or one of
+// transientReplies. A client closed for good is not: it never answers
+// again. A ctx's end reads as a reply that did not come in time: callers
+// look at their ctx first.
+func NotNow(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := scriptError(rerr.Error())
+		for _, prefix := range transientReplies {
+			if strings.HasPrefix(msg, prefix) && (len(msg) == len(prefix) || msg[len(prefix)] == ' ') {
+				return true
+			}
+		}
+		return false
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}

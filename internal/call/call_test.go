@@ -1,0 +1,124 @@
+package call
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Bounded returns f's result, or ctx's error as soon as ctx ends, and
+// sends nothing once ctx has ended.
+func TestBounded(t *testing.T) {
+	v, err := Bounded(context.Background(), func(context.Context) (int, error) { return 7, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 7, v)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	_, err = Bounded(ended, func(context.Context) (int, error) { ran = true; return 0, nil })
+	var ns *NotSentError
+	require.ErrorAs(t, err, &ns)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ran, "f ran although ctx had ended")
+	assert.True(t, Unsent(err))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	start := time.Now()
+	_, err = Bounded(ctx, func(context.Context) (int, error) { <-release; return 1, nil })
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), time.Second, "Bounded waited for f past ctx")
+	assert.False(t, Unsent(err), "f may have sent its command")
+}
+
+// Err wraps ctx's cause when it says more than ctx's error; Cause tells
+// it apart.
+func TestErrAndCause(t *testing.T) {
+	assert.NoError(t, Err(context.Background()))
+	assert.NoError(t, Cause(context.Background()))
+
+	plain, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.Equal(t, context.Canceled, Err(plain))
+	assert.NoError(t, Cause(plain))
+
+	lost := errors.New("lock lost")
+	caused, cancelCause := context.WithCancelCause(context.Background())
+	cancelCause(lost)
+	assert.ErrorIs(t, Err(caused), lost)
+	assert.ErrorIs(t, Err(caused), context.Canceled)
+	assert.Equal(t, lost, Cause(caused))
+
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	assert.Equal(t, context.DeadlineExceeded, Ended(past))
+}
+
+// NotNow is true for what a restart, a failover or a reshard answers,
+// and false for what no wait ends.
+func TestNotNow(t *testing.T) {
+	reply := func(msg string) error { return replyErr(msg) }
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{fmt.Errorf("wrapped: %w", syscall.ECONNRESET), true},
+		{io.EOF, true},
+		{io.ErrUnexpectedEOF, true},
+		{redis.ErrPoolTimeout, true},
+		{reply("LOADING Redis is loading the dataset in memory"), true},
+		{reply("READONLY You can't write against a read only replica."), true},
+		{reply("MASTERDOWN Link with MASTER is down"), true},
+		{reply("CLUSTERDOWN The cluster is down"), true},
+		{reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{reply("MOVED 3999 127.0.0.1:6381"), true},
+		{reply("ASK 3999 127.0.0.1:6381"), true},
+		{reply("BUSY Redis is busy running a script."), true},
+		{reply("NOREPLICAS Not enough good replicas to write."), true},
+		// Redis 5 and 6.2 wrap the error of a command inside a script.
+		{reply("ERR Error running script (call to f_4066): @user_script:260: @user_script: 260: -READONLY You can't write against a read only replica. "), true},
+		{reply("ERR Error running script (call to f_4066): @user_script:12: -LOADING Redis is loading the dataset in memory"), true},
+		{reply("ERR Error running script (call to f_4066): @user_script:13: @user_script: 13: The user executing the script can't run this command or subcommand"), false},
+		{reply("ERR Error running script (call to f_4066): @user_script:9: -OOM command not allowed"), false},
+		{reply("ASKING is not a reply"), false},
+		{reply("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{reply("NOPERM this user has no permissions to run the 'time' command"), false},
+		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redis.ErrClosed, false},
+		{errors.New("something else"), false},
+		{nil, false},
+	} {
+		assert.Equal(t, c.want, NotNow(c.err), "%v", c.err)
+	}
+}
+
+// Unanswered tells a command that may have run from one that never went
+// out and from an error reply.
+func TestUnanswered(t *testing.T) {
+	assert.True(t, Unanswered(io.EOF))
+	assert.True(t, Unanswered(context.DeadlineExceeded))
+	assert.False(t, Unanswered(replyErr("ERR no")), "an error reply")
+	assert.False(t, Unanswered(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), "never connected")
+	assert.False(t, Unanswered(&NotSentError{context.Canceled}))
+	assert.False(t, Unanswered(redis.ErrPoolTimeout))
+	assert.True(t, IsReply(fmt.Errorf("x: %w", replyErr("ERR no"))))
+}
+
+// replyErr is an error reply of Redis, as go-redis returns one.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}

@@ -1,0 +1,507 @@
+// Package wait is the waiting room of a Locker: the goroutines waiting
+// for locks, queued per resource in the process, the one of each queue
+// that contends in Redis, its fallback timer, and the pub/sub connection
+// that delivers the grants releases hand over. How it works, for users,
+// is in https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md.
+//
+// Three words name three things here: an attempt Redis refused
+// (refused: the lock is held, or promised to a waiter ahead); a waiter
+// that gave up (its ctx ended, or an error ended its wait); and an
+// attempt whose answer was lost (unanswered: it may have run in Redis).
+package wait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencedlock/fencedlock/internal/call"
+	"github.com/redis/go-redis/v9"
+)
+
+// minPlaceLife is the shortest life of a waiter's place in the Redis
+// queue, so that a waiter with a tiny TTL does not renew it in a tight
+// loop.
+const minPlaceLife = 100 * time.Millisecond
+
+// Answer is what Redis answered one acquire attempt: a grant, or a
+// refusal.
+type Answer struct {
+	Granted bool
+	Token   uint64 // granted: the grant's token
+	// Wait is, for a refusal, how long until the lock may be free: the
+	// holder's PTTL, or the remaining life of the waiter ahead; negative
+	// for a lock key without expiry.
+	Wait time.Duration
+	// Floor is, for a refusal, the token counter before the attempt ran:
+	// every grant made before has a token at or below it; 0 when unknown.
+	Floor uint64
+}
+
+// Contender is what a Room needs of the lock a waiter waits for: its
+// attempts in Redis, what their errors mean, and how its wait ends.
+type Contender interface {
+	// Attempt runs one acquire attempt, whose place in the Redis queue
+	// lasts life if refused.
+	Attempt(ctx context.Context, life time.Duration) (Answer, error)
+	// NotNow reports whether err, an attempt's error, means "not now":
+	// the wait goes on.
+	NotNow(err error) bool
+	// Stopped returns the error of a wait whose ctx ended before its
+	// attempt was answered; heard says that Redis refused an attempt of
+	// the queue (the lock is held).
+	Stopped(ctx context.Context, heard bool) error
+	// GiveUp ends the wait's attempts in Redis: when place > 0 (the life
+	// of its place in the Redis queue) it leaves the queue, passing on a
+	// lock handed to it meanwhile; when lost says that an attempt went
+	// unanswered, it releases what that attempt may have been granted,
+	// and refuses a copy of it still on its way; lastLost says that the
+	// last attempt was one. It returns err, the error the wait ends with,
+	// telling how that went.
+	GiveUp(ctx context.Context, place time.Duration, lost, lastLost bool, err error) error
+	// Refused is told of the wait's first refused attempt.
+	Refused(ctx context.Context)
+}
+
+// Delays are the bounds of a waiter's fallback timer: see Wait.
+type Delays struct {
+	Min, Max time.Duration
+}
+
+// Place returns how long a waiter's place in the Redis queue lasts
+// without another attempt, and how often the waiter renews it (its
+// fallback timer), for a lock of ttl: it renews at a third of the TTL,
+// at least a third of minPlaceLife, kept between the bounds of d, and the
+// place lasts three renewals, at least minPlaceLife. So a slow retry
+// delay never lets the place lapse, and a waiter whose process died
+// keeps its place for three renewals.
+func (d Delays) Place(ttl time.Duration) (life, renew time.Duration) {
+	renew = min(max(max(ttl, minPlaceLife)/3, d.Min), d.Max)
+	return max(3*renew, minPlaceLife), renew
+}
+
+// Request is one Wait: the lock's resource, the channel its releases
+// publish on, its owner nonce (with its ':'), the TTL it asks for, and
+// the bounds of its fallback timer.
+type Request struct {
+	Resource, Channel, Owner string
+	TTL                      time.Duration
+	Delays                   Delays
+}
+
+// Wait waits for the lock of req, first come first served behind the
+// Room's other waiters for the resource, until c's attempt is granted, a
+// release hands it over, or ctx ends. Only the first waiter of the
+// resource contends in Redis; the others wait for their turn. It returns
+// the token of the grant and the local time the grant is measured from:
+// before the attempt was sent, or, for a hand-over, before the refused
+// attempt that it followed.
+//
+// An error that means "not now" (c.NotNow) does not end the wait: it
+// tries again after a pause that doubles from the delays' minimum to
+// their maximum, and as soon as its subscription comes back with Redis.
+// Any other error ends it, as does ctx; c.GiveUp then cleans up.
+func (r *Room) Wait(ctx context.Context, req Request, c Contender) (uint64, time.Time, error) {
+	w := &waiter{owner: req.Owner, wake: make(chan struct{}, 1)}
+	q, first := r.join(req.Resource, req.Channel, w)
+	if !first {
+		select {
+		case <-ctx.Done():
+			err := c.Stopped(ctx, r.heard(q))
+			r.leave(q, w)
+			return 0, time.Time{}, err
+		case <-w.wake:
+		}
+	}
+	token, base, err := r.contend(ctx, q, w, req, c)
+	r.leave(q, w)
+	return token, base, err
+}
+
+// state is what the attempts of one waiter have learnt.
+type state struct {
+	refused    time.Time // when the last refused attempt was sent; zero before one
+	lastErr    error     // the last attempt's error, while the wait rides it out
+	unanswered bool      // the last attempt got no answer: it may have been granted
+	lost       bool      // some attempt got no answer: a copy may still reach Redis
+}
+
+// answered reports whether an attempt of the wait got an answer: a
+// refusal, or an error that the wait rode out.
+func (st *state) answered() bool { return !st.refused.IsZero() || st.lastErr != nil }
+
+// note records the outcome of an attempt: err, or nil when Redis
+// answered it.
+func (st *state) note(err error) {
+	st.lastErr = err
+	st.unanswered = err != nil && call.Unanswered(err)
+	st.lost = st.lost || st.unanswered
+}
+
+// contend is Wait for the first waiter of q: it asks Redis until granted,
+// woken by grants, confirmations and its fallback timer.
+func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c Contender) (uint64, time.Time, error) {
+	life, renew := req.Delays.Place(req.TTL)
+	var (
+		st    state
+		timer *time.Timer
+		pause time.Duration // the pause after an error that means "not now"
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if call.Ended(ctx) != nil {
+			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
+		}
+		// A grant handed over by a release came after the refused attempt
+		// ran (its token is above the floor that attempt saw), so it lasts
+		// at least until refused+ttl. One that came too late to be sure
+		// the lock is still there is checked by the attempt below: its
+		// script returns the grant, renewed, if it is still this waiter's.
+		if t := r.takeGrant(w); t != 0 && time.Since(st.refused) < certainFor(req.TTL) {
+			return t, st.refused, nil
+		}
+		select {
+		case <-w.wake:
+		default:
+		}
+		sent := time.Now()
+		a, err := c.Attempt(ctx, life)
+		wait := renew
+		switch {
+		case err != nil && call.Ended(ctx) != nil && st.answered():
+			// Cut short by ctx: what Redis last answered stands, and
+			// the attempt may yet run.
+			st.lost = st.lost || call.Unanswered(err)
+			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
+		case err != nil && (call.Ended(ctx) != nil || !c.NotNow(err)):
+			st.note(err)
+			return 0, time.Time{}, giveUp(ctx, life, &st, err, c)
+		case err != nil:
+			// Not now: try again after a pause, listening for the
+			// subscription that comes back with Redis.
+			st.note(err)
+			pause = min(max(2*pause, req.Delays.Min), req.Delays.Max)
+			wait = pause
+		case a.Granted:
+			return a.Token, sent, nil
+		default:
+			if st.refused.IsZero() {
+				c.Refused(ctx)
+			}
+			st.note(nil)
+			st.refused, pause = sent, 0
+			r.refused(q, w, a.Floor)
+			if a.Wait >= 0 {
+				// PTTL counts whole milliseconds left, rounded down: 0 is
+				// the last one. A negative PTTL is a key without expiry.
+				wait = min(wait, a.Wait+time.Millisecond)
+			}
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		// Until the subscription is confirmed, a release could go unheard:
+		// look again once it is.
+		var ready <-chan struct{}
+		if !st.refused.IsZero() {
+			ready = r.subscribe(ctx, q)
+		}
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-ready:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// certainFor is how long a grant for ttl, measured from before it was
+// sent, is certain to hold the lock: all but a twentieth of ttl (the
+// Lock's rule, see the root package's lease).
+func certainFor(ttl time.Duration) time.Duration { return ttl - ttl/20 }
+
+// quit ends the wait of w, which gave up when its ctx ended: out of the
+// local queue, and out of the Redis queue if it was queued there, passing
+// on a lock handed to it meanwhile, and releasing what an unanswered
+// attempt may have been granted. Its error says what Redis last said:
+// the lock is held, it was failing (with its error), or nothing yet.
+func (r *Room) quit(ctx context.Context, q *queue, w *waiter, life time.Duration, st *state, c Contender) error {
+	err := st.lastErr
+	if err == nil {
+		err = c.Stopped(ctx, r.heard(q))
+	}
+	r.leave(q, w)
+	if t := r.takeGrant(w); st.refused.IsZero() && !st.lost && t == 0 {
+		return withCtx(ctx, err)
+	}
+	return withCtx(ctx, c.GiveUp(ctx, place(life, st), st.lost, st.unanswered, err))
+}
+
+// giveUp ends the wait after an attempt that failed for good (or whose
+// ctx ended meanwhile), with that attempt's error err.
+func giveUp(ctx context.Context, life time.Duration, st *state, err error, c Contender) error {
+	if !st.refused.IsZero() || st.lost {
+		err = c.GiveUp(ctx, place(life, st), st.lost, st.unanswered, err)
+	}
+	return withCtx(ctx, err)
+}
+
+// place returns the life of the waiter's place in the Redis queue when
+// it may be queued there (by a refusal, or by an attempt whose answer
+// never came), else 0.
+func place(life time.Duration, st *state) time.Duration {
+	if !st.refused.IsZero() || st.lost {
+		return life
+	}
+	return 0
+}
+
+// withCtx is the error of a wait that failed: when ctx ended, it wraps
+// ctx's error (and its cause) too.
+func withCtx(ctx context.Context, err error) error {
+	cerr := call.Err(ctx)
+	if cerr == nil || errors.Is(err, call.Ended(ctx)) && errors.Is(err, context.Cause(ctx)) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cerr)
+}
+
+// Room holds the waiters of one Locker. Make it with New. It is safe for
+// concurrent use.
+type Room struct {
+	client redis.UniversalClient
+	log    Log
+	warned atomic.Bool // the Warn that Redis refused pub/sub was logged
+
+	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
+	queues      map[string]*queue      // waiters by resource
+	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
+	pubsub      kind                   // learnt by probe
+	pubsubAsked time.Time              // when pubsub was learnt
+}
+
+// Log is where a Room reports what no caller hears of. Either func may be
+// nil.
+type Log struct {
+	// Warn logs once per Room that Redis refused pub/sub.
+	Warn func(msg string, attrs ...any)
+	// Debug logs a subscription connection replaced.
+	Debug func(msg string, attrs ...any)
+}
+
+// New returns the empty Room of a Locker on client.
+func New(client redis.UniversalClient, log Log) *Room {
+	return &Room{client: client, log: log}
+}
+
+// Linger is how long a resource's channel stays subscribed after its last
+// waiter left, so that waiting for it again soon costs no new
+// subscription. Tests shorten it before they start Lockers.
+var Linger = time.Second
+
+// FirstRefused reports whether the first waiter for resource has heard
+// the answer to a refused attempt, for tests.
+func (r *Room) FirstRefused(resource string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
+}
+
+// FirstSubscribed returns the owner of the first waiter for resource,
+// and whether its queue is subscribed, for tests.
+func (r *Room) FirstSubscribed(resource string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return "", false
+	}
+	return q.waiters[0].owner, q.sub != nil
+}
+
+// PubSubRefused logs, once per Room, that Redis refused what (a publish,
+// the probe or a subscription) to the Locker's user, with err when there
+// is one: waiters then learn of hand-overs by their timers, late by up to
+// their retry delay.
+func (r *Room) PubSubRefused(what string, err error, aclDocs string) {
+	if r.log.Warn == nil || !r.warned.CompareAndSwap(false, true) {
+		return
+	}
+	attrs := []any{"refused", what, "acl", aclDocs}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	r.log.Warn("fencedlock: Redis refused pub/sub to this user: waiters fall back to their timers (see the ACL section)", attrs...)
+}
+
+func (r *Room) debug(msg string, attrs ...any) {
+	if r.log.Debug != nil {
+		r.log.Debug(msg, attrs...)
+	}
+}
+
+// Deliver delivers a grant that a release handed to owner with token on
+// resource, when owner is the first waiter of its queue: the release's
+// reply (when this Locker released) or its published message carried it.
+func (r *Room) Deliver(resource, owner string, token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	w := q.waiters[0]
+	if w.granted != 0 || w.owner != owner {
+		return
+	}
+	if !w.late(token) {
+		w.granted = token
+	}
+	// A late grant still wakes the waiter: its next attempt finds out
+	// whether the grant is still its own.
+	w.nudge()
+}
+
+// pending returns ready if it is still open, else nil.
+func pending(ready chan struct{}) <-chan struct{} {
+	select {
+	case <-ready:
+		return nil
+	default:
+		return ready
+	}
+}
+
+// waiter is a goroutine waiting in Wait. Its fields past wake are guarded
+// by the Room's mu.
+type waiter struct {
+	owner   string        // the owner nonce of its lock, with its ':'
+	wake    chan struct{} // a nudge: first in the queue now, or look again
+	granted uint64        // nonzero once a release handed it the lock with this token
+	floor   uint64        // every grant made before its last refused attempt has a token at or below it
+}
+
+// queue holds a Room's waiters for one resource, first come first
+// served. Only the first contends in Redis. Its fields are guarded by the
+// Room's mu.
+type queue struct {
+	resource string
+	channel  string // where releases that hand the lock on publish
+	waiters  []*waiter
+	sub      *subscriber   // nil until the first waiter is refused
+	ready    chan struct{} // closed when the subscription to channel is confirmed
+	idle     *time.Timer   // unsubscribes after the queue stays empty
+	idleGen  uint64        // tells the idle timer of now from earlier ones
+	heard    bool          // Redis has refused an attempt of this queue's waiters
+}
+
+// nudge wakes w unless a nudge is pending already.
+func (w *waiter) nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// late reports whether a grant with token t may have been made before w's
+// last refused attempt ran (t is at or below its floor), so may have
+// ended since. Without a floor (no refusal yet, or a counter the refusal
+// could not read) every grant may be late: the waiter's next attempt
+// tells, as its script returns a grant still held by it. The Room's mu
+// is held.
+func (w *waiter) late(t uint64) bool { return w.floor == 0 || t <= w.floor }
+
+// join queues w for resource; it reports whether w is first.
+func (r *Room) join(resource, channel string, w *waiter) (*queue, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queues == nil {
+		r.queues = make(map[string]*queue)
+	}
+	q := r.queues[resource]
+	if q == nil {
+		q = &queue{resource: resource, channel: channel}
+		r.queues[resource] = q
+	}
+	if q.idle != nil {
+		q.idle.Stop()
+		q.idle = nil
+	}
+	q.waiters = append(q.waiters, w)
+	return q, len(q.waiters) == 1
+}
+
+// leave takes w out of q, if it is there, and wakes the next waiter when w
+// was first. A queue left empty is dropped, after Linger if it is
+// subscribed.
+func (r *Room) leave(q *queue, w *waiter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		copy(q.waiters[i:], q.waiters[i+1:])
+		q.waiters[len(q.waiters)-1] = nil
+		q.waiters = q.waiters[:len(q.waiters)-1]
+		if i == 0 && len(q.waiters) > 0 {
+			q.waiters[0].nudge()
+		}
+		break
+	}
+	if len(q.waiters) > 0 || q.idle != nil || r.queues[q.resource] != q {
+		return
+	}
+	if q.sub == nil {
+		delete(r.queues, q.resource)
+		return
+	}
+	q.idleGen++
+	gen := q.idleGen
+	q.idle = time.AfterFunc(Linger, func() { r.unsubscribe(q, gen) })
+}
+
+// takeGrant returns the token of the grant a release handed w, or 0, and
+// forgets it. A late grant (see waiter.late) is not returned: its message
+// came after the grant had ended.
+func (r *Room) takeGrant(w *waiter) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := w.granted
+	w.granted = 0
+	if w.late(t) {
+		return 0
+	}
+	return t
+}
+
+// refused records what w's last refused attempt learned.
+func (r *Room) refused(q *queue, w *waiter, floor uint64) {
+	r.mu.Lock()
+	w.floor = floor
+	q.heard = true
+	r.mu.Unlock()
+}
+
+// heard reports whether Redis has refused an attempt of q's waiters.
+func (r *Room) heard(q *queue) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return q.heard
+}
