@@ -36,9 +36,9 @@ type Lock struct {
 	resource string
 	keys     [5]string // lock, token counter, queue, queue deadlines, abandon marker of the acquire attempt
 	keyArgs  [5]any    // keys, boxed once for script arguments
-	channel  string    // where releases that hand the lock on publish
-	chanArg  any       // channel, boxed once for script arguments
-	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
+	channel  string    // where releases that hand the lock to a waiter of this Locker publish
+	chanArg  any       // the start of the resource's channels, which the Locker's id ends, boxed once for script arguments
+	owner    any       // the Locker's id and 64 random bits in hex, and ':': the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
 	mu        sync.Mutex         // guards the fields below
@@ -56,25 +56,32 @@ type Lock struct {
 	expiry    *time.Timer        // ends the Lock at its lease once a failed Release stopped its heartbeat; nil until then
 	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
+	inRoom    bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
 }
 
-// newLock returns an ungranted Lock on resource with a fresh random
-// 128-bit owner nonce, hex-encoded and followed by ':', the separator
-// between the nonce and the token in the lock key's value.
+// newLock returns an ungranted Lock on resource with a fresh owner nonce:
+// the Locker's id and 64 random bits, 32 hex digits, followed by ':', the
+// separator between the nonce and the token in the lock key's value.
 func (l *Locker) newLock(resource string) (*Lock, error) {
-	var b [16]byte
+	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
 	var hexed [len(b)*2 + 1]byte
 	hex.Encode(hexed[:], b[:])
 	hexed[len(hexed)-1] = ':'
-	owner := string(hexed[:])
+	return l.lockFor(resource, l.id+string(hexed[:])), nil
+}
+
+// lockFor returns an ungranted Lock on resource for owner, an owner nonce
+// and its ':'.
+func (l *Locker) lockFor(resource, owner string) *Lock {
 	nonce := owner[:len(owner)-1]
 	k := &Lock{locker: l, resource: resource, owner: owner}
-	// One allocation for all the names: the keys are slices of it.
+	// One allocation for all the names: the keys are slices of it, and
+	// the channel of the Locker.
 	base := keyFor(l.prefix, resource, "")
-	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
+	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants:" + l.id
 	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
 		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
 	}
@@ -82,8 +89,8 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 	for i, key := range k.keys {
 		k.keyArgs[i] = key
 	}
-	k.chanArg = k.channel
-	return k, nil
+	k.chanArg = all[:len(all)-len(l.id)]
+	return k
 }
 
 // Indexes into Lock.keys.
@@ -240,6 +247,19 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 		}
 		after.why, after.onEnd, after.report = why, k.onEnd, k.announced
 	}
+	// The Locker's waiters for the resource wait for this Lock's release,
+	// without asking Redis, while it holds the lock for sure (see
+	// wait.Room.Hold).
+	certain := k.token != 0 && (next == leaseHeld || next == leaseReleasing)
+	switch {
+	case certain && !k.inRoom:
+		after.room, after.until = roomHold, k.base.Add(k.ttl)
+	case certain && e == evRenewed:
+		after.room, after.until = roomExtend, k.base.Add(k.ttl)
+	case !certain && k.inRoom:
+		after.room = roomUnhold
+	}
+	k.inRoom = certain
 	return do, after
 }
 
@@ -249,13 +269,33 @@ type afterUnlock struct {
 	onEnd  func(error)        // to call with why
 	report bool               // report the end (see WithObserver)
 	why    error              // the reason the Lock ended
+	room   roomOp             // what to tell the Locker's waiters
+	until  time.Time          // for roomHold and roomExtend: when the lock runs out unless refreshed
 }
+
+// roomOp is what a transition of a Lock tells the waiters of its Locker.
+type roomOp uint8
+
+const (
+	roomNone   roomOp = iota
+	roomHold          // the Lock holds the lock for sure (wait.Room.Hold)
+	roomExtend        // a refresh kept it (wait.Room.Extend)
+	roomUnhold        // it no longer holds it for sure (wait.Room.Unhold)
+)
 
 // run stops the heartbeat, then tells of the end: onEnd, then the
 // observer.
 func (a afterUnlock) run(k *Lock) {
 	if a.stop != nil {
 		a.stop()
+	}
+	switch a.room {
+	case roomHold:
+		k.locker.room.Hold(k.resource, a.until)
+	case roomExtend:
+		k.locker.room.Extend(k.resource, a.until)
+	case roomUnhold:
+		k.locker.room.Unhold(k.resource)
 	}
 	if a.onEnd != nil {
 		a.onEnd(a.why)
@@ -449,11 +489,13 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := k.beginRelease(ctx); err != nil {
 		return err
 	}
-	held, owner, token, err := k.release(ctx, k.keyArgs[:keyMarker], "", "")
-	if owner != "" {
-		k.handedOver(ctx, owner, token)
-	}
-	return k.finishRelease(held, err)
+	// The Locker's next waiter for the resource, if it has one, waits
+	// for this release, which hands it the lock or queues it.
+	next := k.locker.room.Candidate(k.resource)
+	sent := time.Now()
+	r, err := k.release(ctx, k.keyArgs[:keyMarker], "", "", next)
+	k.handedOver(ctx, r, err, sent, next)
+	return k.finishRelease(r.held, err)
 }
 
 // beginRelease makes the caller the Lock's running Release, and stops the
@@ -522,35 +564,83 @@ func (k *Lock) finishRelease(held bool, err error) error {
 	return err
 }
 
-// handedOver delivers the grant that a release of k handed to owner with
-// token to its waiter, when it waits in this Locker's room, and reports
-// it.
-func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
+// handedOver tells the waiters of this Locker what a release of k, sent
+// at sent, did for them: the grant it made to one, or the place it gave
+// next, its candidate (see wait.Room.Candidate), in the Redis queue. r
+// and err are what the release returned.
+func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent time.Time, next wait.Candidate) {
 	l := k.locker
-	l.room.Deliver(k.resource, owner, uint64(token))
+	if next.Owner != "" {
+		var stays bool // next still waits, or left with a lock of its own
+		switch {
+		case err != nil && call.Unsent(err):
+			l.room.Unused(next)
+			stays = true
+		case err != nil:
+			stays = l.room.Unsure(next)
+		case r.owner == next.Owner:
+			stays = l.room.Granted(next, uint64(r.token), sent)
+		case r.queued:
+			stays = l.room.Queued(next, uint64(r.token), sent)
+		default:
+			l.room.Unused(next)
+			stays = true
+		}
+		if !stays {
+			l.leftBehind(ctx, k.resource, next)
+		}
+	}
+	if r.owner == "" {
+		return
+	}
+	switch {
+	case r.owner == next.Owner:
+	case r.told == releaseInReply:
+		l.room.Deliver(k.resource, r.owner, uint64(r.token), sent)
+	case r.told == releasePublished:
+		// The waiter's own Locker hears of it.
+	default:
+		l.room.PubSubRefused("PUBLISH of a hand-over on "+k.chanArg.(string)+r.owner[:lockerIDLen], nil, script.ACLDocs)
+	}
 	if l.watched() {
-		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(token)})
+		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(r.token)})
 	}
 }
 
-// release runs the release script: see lua/release.lua. It reports
-// whether the caller held the lock, and the owner and token of the waiter
-// the lock was handed to, if any (owner is "" if none).
-func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any) (bool, string, Token, error) {
+// leftBehind undoes, in the background, what a release may have done for
+// next, a waiter of this Locker that left before it heard: it takes its
+// place out of the Redis queue, and hands on the lock it may have been
+// granted.
+func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate) {
+	k := l.lockFor(resource, next.Owner)
+	err := l.cleanups.Run(ctx, resource, "hand on what a release gave a waiter that left", next.Life+call.Timeout, func(ctx context.Context) error {
+		return k.withdraw(ctx, next.TTL.Milliseconds(), next.Life, 0)
+	})
+	if err != nil && !errors.Is(err, call.ErrPending) {
+		l.warn("fencedlock: a waiter left as a release handed it the lock; it may stay locked until its TTL ends", resource, "err", err)
+	}
+}
+
+// release runs the release script (see lua/release.lua) as k's owner,
+// with next, the Locker's next waiter, as its candidate (none for a
+// waiter that gives up).
+func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any, next wait.Candidate) (releaseReply, error) {
+	var candidate, life any = "", ""
+	if next.Owner != "" {
+		candidate = next.Owner + strconv.FormatInt(next.TTL.Milliseconds(), 10)
+		life = next.Life.Milliseconds()
+	}
 	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
+		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg, candidate, life, k.locker.room.Publish()).Slice()
 	})
 	if err != nil {
-		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
+		return releaseReply{}, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
 	r, err := decodeRelease(res)
 	if err != nil {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
+		return releaseReply{}, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
 	}
-	if r.owner != "" && !r.published {
-		k.locker.room.PubSubRefused("PUBLISH of a hand-over on "+k.channel, nil, script.ACLDocs)
-	}
-	return r.held, r.owner, r.token, nil
+	return r, nil
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -577,10 +667,9 @@ func (k *Lock) withdraw(ctx context.Context, ms int64, place time.Duration, mark
 	lapse := time.Now().Add(place)
 	pause := wait.MinReconnectPause
 	for {
-		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
-		if owner != "" {
-			k.handedOver(ctx, owner, token)
-		}
+		sent := time.Now()
+		r, err := k.release(ctx, k.keyArgs[:], entry, marker, wait.Candidate{})
+		k.handedOver(ctx, r, err, sent, wait.Candidate{})
 		if err == nil || !errors.Is(err, ErrUnavailable) || !call.NotNow(err) || call.Ended(ctx) != nil {
 			return err
 		}
@@ -775,13 +864,19 @@ func decodePTTL(res []any) (pttlReply, error) {
 	return pttlReply{}, fmt.Errorf("unexpected reply %v", res)
 }
 
-// The values of the two flags of release.lua's replies.
+// The values of the flags of release.lua's replies.
 const (
 	releaseNotHeld     = 0 // NOT_HELD: the caller did not hold the lock
 	releaseHeld        = 1 // HELD: the caller held the lock
 	releaseUnpublished = 0 // UNPUBLISHED: Redis refused the hand-over's message
 	releasePublished   = 1 // PUBLISHED: the hand-over's message was published
+	releaseInReply     = 2 // IN_REPLY: the hand-over went to a waiter of the caller's Locker
+	releaseQueued      = 1 // QUEUED: the candidate took its place at the back of the queue
 )
+
+// lockerIDLen is the length of a Locker's id, the start of its owner
+// nonces.
+const lockerIDLen = 16
 
 // releaseReply is a reply of release.lua, decoded.
 type releaseReply struct {
@@ -790,16 +885,18 @@ type releaseReply struct {
 	// (nonce and ':', "" when there was none) and token.
 	owner string
 	token Token
-	// published (PUBLISHED) says that the hand-over's message was
-	// published; false for UNPUBLISHED, or when there was no hand-over.
-	published bool
+	// told is how the waiter hears of it: releasePublished,
+	// releaseUnpublished or releaseInReply.
+	told int64
+	// queued says that the candidate took its place at the back of the
+	// queue.
+	queued bool
 }
 
 // decodeRelease decodes a reply of release.lua: {held} or {held, owner,
-// token, published}, held HELD or NOT_HELD, published PUBLISHED or
-// UNPUBLISHED.
+// token, told, queued}.
 func decodeRelease(res []any) (releaseReply, error) {
-	if len(res) != 1 && len(res) != 4 {
+	if len(res) != 1 && len(res) != 5 {
 		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	var r releaseReply
@@ -815,10 +912,13 @@ func decodeRelease(res []any) (releaseReply, error) {
 	}
 	owner, _ := res[1].(string)
 	token, err := tokenFromReply(res[2])
-	published, ok := res[3].(int64)
-	if err != nil || owner == "" || !ok || (published != releasePublished && published != releaseUnpublished) {
+	told, ok1 := res[3].(int64)
+	queued, ok2 := res[4].(int64)
+	if err != nil || len(owner) <= lockerIDLen || !ok1 || !ok2 ||
+		(told != releasePublished && told != releaseUnpublished && told != releaseInReply) ||
+		(queued != releaseQueued && queued != 0) {
 		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
-	r.owner, r.token, r.published = owner, token, published == releasePublished
+	r.owner, r.token, r.told, r.queued = owner, token, told, queued == releaseQueued
 	return r, nil
 }

@@ -2,6 +2,8 @@ package fencedlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -47,6 +49,7 @@ type Locker struct {
 	observer observe.Observer // set by WithObserver
 	cleanups *call.Cleanups   // the cleanups running in the background
 	room     *wait.Room       // the goroutines waiting in Acquire, and their subscription
+	id       string           // 16 random hex digits: the start of its Locks' owner nonces, and the end of its channels' names
 	issued   issuedGrants     // the grants whose tokens' keys IssueToken keeps
 }
 
@@ -85,6 +88,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		log = wait.Log{Warn: l.logger.Warn, Debug: l.logger.Debug}
 	}
 	l.room = wait.New(client, log)
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (see crypto/rand.Read)
+	l.id = hex.EncodeToString(id[:])
 	l.idleArg = l.idle.Milliseconds()
 	switch {
 	case isNil(client):

@@ -1,0 +1,142 @@
+package fencedlock_test
+
+// The release that hands the lock straight to a waiter of its own Locker,
+// or puts that waiter at the back of the Redis queue: its waiter sends no
+// attempt while its Locker holds the lock, Lockers take turns, and what a
+// release gave a waiter that left in the meantime, or whose reply was
+// lost, is not left behind.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// A waiter of the Locker that holds the lock goes to the back of the Redis
+// queue when the release hands the lock to another Locker's waiter queued
+// there: Lockers take turns, and the waiter sent no attempt before the
+// release queued it.
+func TestLockersTakeTurns(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		const res = "turns"
+		counter := &acquireAttemptCounter{tokenKey: newLocker(b).TokenKey(res)}
+		c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+		c.AddHook(counter)
+		t.Cleanup(func() { c.Close() })
+		l, m := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), newLocker(b)
+
+		holder := mustTryAcquire(t, ctx, l, res, longTTL)
+		before := counter.count()
+		other := acquireAsync(ctx, m, res, longTTL, hourRetryDelay)
+		waitUntil(t, func() bool { return queuedCount(t, b, m, res) == 1 && grantSubscribers(t, b, m, res) == 1 }, "the other Locker's waiter to queue")
+		mine := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+		waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the holder's Locker's waiter to wait for the release")
+		assert.Equal(t, before, counter.count(), "the waiter of the holder's Locker sent an attempt")
+
+		require.NoError(t, holder.Release(ctx))
+		first := awaitAcquired(t, other)
+		assert.Greater(t, first.Token(), holder.Token())
+		assert.Equal(t, int64(1), queuedCount(t, b, l, res), "the release did not queue its Locker's waiter")
+		requireStillWaiting(t, mine)
+
+		require.NoError(t, first.Release(ctx))
+		second := awaitAcquired(t, mine)
+		assert.Greater(t, second.Token(), first.Token())
+		assert.Zero(t, queuedCount(t, b, l, res))
+		// Queued by the release, it renewed its place once its
+		// subscription was confirmed, at most: no polling.
+		assert.LessOrEqual(t, counter.count()-before, 1, "the queued waiter polled")
+		require.NoError(t, second.Release(ctx))
+		requireNoGoroutinesLeft(t)
+	})
+}
+
+// A waiter that gives up while its Locker's release is on its way does
+// not keep what the release gave it: the lock it was handed is released,
+// its place in the queue taken back, and nothing stays in Redis.
+func TestWaiterThatLeavesDuringItsLockersRelease(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		name := "handed the lock"
+		if queued {
+			name = "queued behind another Locker's waiter"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			const res = "leaves"
+			p := redistest.NewProxy(t, b.Client.Options().Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+			t.Cleanup(func() { c.Close() })
+			l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+			holder := mustTryAcquire(t, ctx, l, res, longTTL)
+			var other <-chan acquireResult
+			if queued {
+				m := newLocker(b)
+				other = acquireAsync(ctx, m, res, longTTL, hourRetryDelay)
+				waitUntil(t, func() bool { return queuedCount(t, b, m, res) == 1 }, "the other Locker's waiter to queue")
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			mine := acquireAsync(wctx, l, res, longTTL, hourRetryDelay)
+			waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+			p.DelayReplies(300 * time.Millisecond)
+			released := make(chan error, 1)
+			go func() { released <- holder.Release(ctx) }()
+			time.Sleep(100 * time.Millisecond) // the release has run in Redis; its reply is on its way
+			cancel()
+			r := <-mine
+			require.ErrorIs(t, r.err, fencedlock.ErrNotAcquired)
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.NoError(t, <-released)
+			p.DelayReplies(0)
+
+			if queued {
+				lock := awaitAcquired(t, other)
+				assert.Greater(t, lock.Token(), holder.Token())
+				waitUntil(t, func() bool { return queuedCount(t, b, l, res) == 0 }, "the place of the waiter that left to be taken back")
+				require.NoError(t, lock.Release(ctx))
+			} else {
+				waitUntil(t, func() bool { return !keyExists(t, b, l.LockKey(res)) }, "the lock handed to the waiter that left to be released")
+			}
+			assert.Zero(t, queuedCount(t, b, l, res))
+			assert.Equal(t, []string{l.TokenKey(res)}, testKeys(t, b), "keys left in Redis but the token counter")
+			requireNoGoroutinesLeft(t)
+		})
+	}
+}
+
+// A waiter whose Locker's release lost its reply asks Redis at once: the
+// release may have handed it the lock, which its attempt then returns.
+func TestWaiterAfterItsLockersReleaseLostItsReply(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	const res = "unsure"
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	holder := mustTryAcquire(t, ctx, l, res, longTTL)
+	mine := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+	p.DelayReplies(200 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := holder.Release(short)
+	cancel()
+	require.ErrorIs(t, err, fencedlock.ErrUnavailable, "the release's reply came back in time")
+	lock := awaitAcquired(t, mine)
+	p.DelayReplies(0)
+	assert.Greater(t, lock.Token(), holder.Token())
+	assert.Equal(t, lock.Token(), heldToken(t, b, l, res), "the waiter's Lock is not Redis's grant")
+	require.NoError(t, lock.Release(ctx))
+	requireNoGoroutinesLeft(t)
+}
