@@ -256,7 +256,7 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 	if life > 0 {
 		lifeArg = life.Milliseconds()
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
 		return acquireScript.Run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
 	})
 	if err != nil {

@@ -422,7 +422,7 @@ func (k *Lock) certain() bool {
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+	n, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) (int64, error) {
 		return refreshScript.Run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
@@ -630,7 +630,7 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 		candidate = next.Owner + strconv.FormatInt(next.TTL.Milliseconds(), 10)
 		life = next.Life.Milliseconds()
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) ([]any, error) {
 		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg, candidate, life, k.locker.room.Publish()).Slice()
 	})
 	if err != nil {
@@ -701,7 +701,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) ([]any, error) {
 		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Slice()
 	})
 	if err != nil {

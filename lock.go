@@ -39,6 +39,7 @@ const DefaultPrefix = "fencedlock"
 // A Locker is safe for concurrent use by multiple goroutines.
 type Locker struct {
 	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
@@ -76,7 +77,7 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, idle: DefaultIdleExpiry}
+	l := &Locker{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
@@ -273,7 +274,7 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 	if floor == 0 || floor > maxFloor {
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (any, error) {
 		return advanceScript.Run(ctx, l.client, script.Keys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {

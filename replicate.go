@@ -98,7 +98,7 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	_, err := call.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
 	})
 	if err != nil && errors.Is(err, ctx.Err()) {

@@ -129,6 +129,7 @@ type Election struct {
 	heartbeat time.Duration // 0: a third of ttl
 	err       error         // why the election cannot work, from New
 	client    redis.UniversalClient
+	heeds     bool // client ends round trips at ctx deadlines: see call.Heeds
 	lockKey   string
 	record    string
 	channel   string
@@ -167,6 +168,7 @@ func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	e.err = e.validate()
 	if e.err == nil {
 		e.client = locker.Client()
+		e.heeds = call.Heeds(e.client)
 		e.lockKey, _ = locker.Key(name, "lock") // validate checked name
 		e.record, _ = locker.Key(name, "leader")
 		e.channel, _ = locker.Key(name, "leaders")
@@ -285,7 +287,7 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+			n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
@@ -334,7 +336,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+	n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
 		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
@@ -398,7 +400,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // lookup reads the leader: the lock's holder, and its value when the
 // record is the holder's (recorded).
 func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) ([]any, error) {
 		return leaderScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record)).Slice()
 	})
 	if err != nil {

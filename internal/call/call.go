@@ -17,20 +17,39 @@ import (
 )
 
 // Bounded runs f, one round trip to Redis, and returns its result, or
-// ctx's error as soon as ctx ends, whichever comes first. go-redis heeds
-// a ctx deadline only when its client sets ContextTimeoutEnabled, and a
-// cancelled ctx not at all while it waits for a reply: so f runs in a
+// ctx's error as soon as ctx ends, whichever comes first. When ctx had
+// ended before, f is not run and the error is a *NotSentError.
+//
+// heeds says that the client ends a round trip at ctx's deadline by
+// itself (see Heeds). Then, when ctx has a deadline, f runs on the
+// caller's goroutine: the client sets its connection's deadlines from
+// ctx's, so f returns by then, and its timeout is reported as ctx's
+// error. A cancel before the deadline is then noticed when the round trip
+// ends, which the deadline bounds. Otherwise (a client that heeds no ctx,
+// or a ctx that can be cancelled but has no deadline) f runs in a
 // goroutine of its own, which the client's own timeouts end after the
-// caller has returned. f gets ctx, so that the client stops as soon as
-// it looks at ctx. When ctx had ended before, f is not run and the error
-// is a *NotSentError.
-func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+// caller has returned. f gets ctx, so that the client stops as soon as it
+// looks at ctx.
+func Bounded[T any](ctx context.Context, heeds bool, f func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := Err(ctx); err != nil {
 		return zero, &NotSentError{err}
 	}
-	if ctx.Done() == nil { // never ends: no need for a goroutine
+	done := ctx.Done()
+	if done == nil { // never ends: no need for a goroutine
 		return f(ctx)
+	}
+	if heeds {
+		if deadline, ok := ctx.Deadline(); ok {
+			v, err := f(ctx)
+			if err != nil && !IsReply(err) && !time.Now().Before(deadline) {
+				// The connection's deadline is ctx's: its timeout may
+				// come a moment before ctx's own timer has fired.
+				<-done
+				return zero, ctx.Err()
+			}
+			return v, err
+		}
 	}
 	type result struct {
 		v   T
@@ -44,7 +63,7 @@ func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 	select {
 	case r := <-ch:
 		return r.v, r.err
-	case <-ctx.Done():
+	case <-done:
 		select {
 		case r := <-ch: // the answer came with the end of ctx
 			return r.v, r.err
@@ -52,6 +71,25 @@ func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 			return zero, ctx.Err()
 		}
 	}
+}
+
+// Heeds reports whether client ends every round trip at its ctx's
+// deadline by itself: a *redis.Client (a Sentinel failover client is
+// one), *redis.ClusterClient or *redis.Ring made with
+// ContextTimeoutEnabled. go-redis then bounds each read and write by the
+// earlier of its own timeout and ctx's deadline, and its waits for a
+// connection and between retries by ctx. For any other client, Heeds
+// says false.
+func Heeds(client any) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // NotSentError is Bounded's error when ctx had ended before anything was

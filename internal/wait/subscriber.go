@@ -374,7 +374,7 @@ func (r *Room) probe(ctx context.Context) kind {
 		return refused
 	}
 	r.mu.Unlock()
-	_, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+	_, err := call.Bounded(ctx, r.heeds, func(ctx context.Context) (any, error) {
 		return r.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Result()
 	})
 	var mode kind

@@ -338,6 +338,7 @@ func withCtx(ctx context.Context, err error) error {
 // concurrent use.
 type Room struct {
 	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
 	log    Log
 	warned atomic.Bool  // the Warn that Redis refused pub/sub was logged
 	learnt atomic.Int32 // pubsub, for reading without mu
@@ -362,7 +363,7 @@ type Log struct {
 
 // New returns the empty Room of a Locker on client.
 func New(client redis.UniversalClient, log Log) *Room {
-	return &Room{client: client, log: log}
+	return &Room{client: client, heeds: call.Heeds(client), log: log}
 }
 
 // Linger is how long a resource's channel stays subscribed after its last
