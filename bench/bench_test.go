@@ -336,3 +336,38 @@ func TestBlockCPUPerCycle(t *testing.T) {
 		t.Errorf("blockCPUPerCycle = %v, want %v", got, want)
 	}
 }
+
+// TestSpecsCallTimeout checks which ctx each scenario's worker spec asks
+// for: a request ctx in the -ctx scenarios only (both passes of the
+// per-library one; the paired one with the reference's Background
+// baseline), context.Background() in the other uncontended ones and no
+// call timeout in the contended ones.
+func TestSpecsCallTimeout(t *testing.T) {
+	b := &bench{cfg: config{libs: libraries, cycles: 100, blocks: 2, blockCyc: 3, duration: time.Second}}
+	for _, sc := range scenarios {
+		want := time.Duration(0)
+		if strings.HasSuffix(sc.name, "-ctx") {
+			want = requestTimeout
+		}
+		if sc.paired {
+			spec := b.pairedSpec(sc, 1)
+			if spec.CallTimeout != want || spec.BackgroundBaseline != (want > 0) {
+				t.Errorf("%s: call timeout %v, Background baseline %v; want %v, %v", sc.name, spec.CallTimeout, spec.BackgroundBaseline, want, want > 0)
+			}
+			entries := len(libraries)
+			if want > 0 {
+				entries++
+			}
+			if got := len(pairedEntries(spec)); got != entries {
+				t.Errorf("%s: %d libraries in the blocks, want %d", sc.name, got, entries)
+			}
+			continue
+		}
+		for _, kind := range []passKind{timedPass, countingPass} {
+			if got := b.passSpec(kind, sc, libraries[0], 1).CallTimeout; got != want {
+				t.Errorf("%s, pass %d: call timeout %v, want %v", sc.name, kind, got, want)
+			}
+		}
+	}
+}
+

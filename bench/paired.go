@@ -193,26 +193,7 @@ func (b *bench) runPairedRound(ctx context.Context, sc scenario, round int) (map
 	if err := b.flush(); err != nil {
 		return nil, err
 	}
-	names := make([]string, len(b.cfg.libs))
-	for i, l := range b.cfg.libs {
-		names[i] = l.name
-	}
-	resource := fmt.Sprintf("bench:%s:r%d", sc.name, round)
-	spec := childSpec{
-		Options:        b.cfg.opts,
-		Resource:       resource,
-		WarmupResource: resource + ":warmup",
-		Goroutines:     1,
-		Grace:          grace,
-		WarmupCycles:   b.cfg.warmupCycles(),
-		Libraries:      names,
-		Blocks:         b.cfg.blocks,
-		BlockCycles:    b.cfg.blockCyc,
-		Rotation:       round - 1,
-		CPU:            b.cpu,
-		CallTimeout:    sc.callTimeout(),
-	}
-	spec.BackgroundBaseline = spec.CallTimeout > 0
+	spec := b.pairedSpec(sc, round)
 	out, err := b.runPass(ctx, pass{kind: timedPass, scenario: sc, spec: spec})
 	if err != nil {
 		return nil, err
@@ -221,6 +202,32 @@ func (b *bench) runPairedRound(ctx context.Context, sc scenario, round int) (map
 		return nil, fmt.Errorf("worker process returned %d results", len(out.results))
 	}
 	return pairedFigures(out.start, out.results[0].Paired, out.results[0].CPUPairCost), nil
+}
+
+// pairedSpec returns the worker spec of a paired pass: every library,
+// with the scenario's call timeout, and with a request ctx the
+// reference's Background baseline.
+func (b *bench) pairedSpec(sc scenario, round int) childSpec {
+	names := make([]string, len(b.cfg.libs))
+	for i, l := range b.cfg.libs {
+		names[i] = l.name
+	}
+	resource := fmt.Sprintf("bench:%s:r%d", sc.name, round)
+	return childSpec{
+		Options:            b.cfg.opts,
+		Resource:           resource,
+		WarmupResource:     resource + ":warmup",
+		Goroutines:         1,
+		Grace:              grace,
+		WarmupCycles:       b.cfg.warmupCycles(),
+		Libraries:          names,
+		Blocks:             b.cfg.blocks,
+		BlockCycles:        b.cfg.blockCyc,
+		Rotation:           round - 1,
+		CPU:                b.cpu,
+		CallTimeout:        sc.callTimeout(),
+		BackgroundBaseline: sc.requestCtx,
+	}
 }
 
 // pairedFigures computes one round's figures of every library of a
