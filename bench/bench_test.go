@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 		}
 		t.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the bench smoke test")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	const blocks, blockCycles = 4, 20
@@ -370,4 +370,3 @@ func TestSpecsCallTimeout(t *testing.T) {
 		}
 	}
 }
-

@@ -200,6 +200,11 @@ func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 		}
 		out.commands, out.cpu = d.commands, d.cpu
 	}
+	// Every child is told to exit before any is waited for: their exits
+	// overlap (a -race build sleeps a second at exit).
+	for _, c := range children {
+		c.stdin.Close()
+	}
 	for _, c := range children {
 		if err := c.finish(); err != nil {
 			return nil, err
