@@ -36,7 +36,7 @@ type childSpec struct {
 	// them context.Background().
 	CallTimeout time.Duration `json:",omitempty"`
 
-	// A paired run (uncontended-paired) sets Libraries instead of
+	// A paired run (uncontended-paired, -ctx) sets Libraries instead of
 	// Library: a client of each, on Resource and WarmupResource suffixed
 	// with ":" and the library's name, WarmupCycles each, then Blocks
 	// blocks of BlockCycles cycles per library, the libraries in an order

@@ -56,8 +56,8 @@ type config struct {
 	rounds    int
 	hold      time.Duration
 	cycles    int
-	blocks    int // uncontended-paired: blocks per round
-	blockCyc  int // uncontended-paired: cycles per library per block
+	blocks    int // paired scenarios: blocks per round
+	blockCyc  int // paired scenarios: cycles per library per block
 	libs      []*library
 	scenarios []scenario
 	markdown  bool
@@ -97,8 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.opts.TTL, "ttl", 10*time.Second, "lock TTL for every library")
 	fs.DurationVar(&c.hold, "hold", time.Millisecond, "how long a contending goroutine holds the lock (a sleep)")
 	fs.IntVar(&c.cycles, "cycles", 3000, "acquire+release cycles of the uncontended timed run")
-	fs.IntVar(&c.blocks, "blocks", 60, "uncontended-paired: blocks per round, each running every library in turn")
-	fs.IntVar(&c.blockCyc, "block-cycles", 50, "uncontended-paired: acquire+release cycles per library per block")
+	fs.IntVar(&c.blocks, "blocks", 60, "uncontended-paired and uncontended-paired-ctx: blocks per round, each running every library in turn")
+	fs.IntVar(&c.blockCyc, "block-cycles", 50, "uncontended-paired and uncontended-paired-ctx: acquire+release cycles per library per block")
 	libs := fs.String("libs", libraryNames(), "libraries to run, comma-separated")
 	scens := fs.String("scenarios", scenarioNames(), "scenarios to run, comma-separated")
 	fs.BoolVar(&c.markdown, "markdown", false, "print Markdown instead of aligned text")
@@ -361,7 +361,7 @@ func (b *bench) header() (header, error) {
 		h.redis += ", named with -redis (no FLUSHALL; other clients' commands would count too)"
 	}
 	h.cpu = fmt.Sprintf("%s, read before and after each timed pass (never during a MONITOR pass) "+
-		"less an empty window's %d µs (median of %d); uncontended-paired: read by the worker process before and after each library's block, "+
+		"less an empty window's %d µs (median of %d); paired scenarios: read by the worker process before and after each library's block, "+
 		"less %d µs per pair; idle server: %.0f µs/s (its periodic tasks; included in every window, not subtracted)",
 		b.cpu.describe(), b.overhead.cpu, pairSamples, b.pairCost, b.idlePerSec)
 	versions := moduleVersions()

@@ -161,14 +161,14 @@ func legend() []string {
 			"each is a request to Redis (a round trip, unless a client pipelines several)",
 		"inner/acq: commands scripts ran (redis.call) per acquisition, counted with MONITOR in the same counting pass",
 		"cpu µs/acq: Redis CPU (see cpu: above) over the timed pass, less the bench's own INFO calls, per acquisition (uncontended: per acquire+release cycle); " +
-			"uncontended-paired: the library's blocks' CPU (each read around the block, less the reading pair's cost) over their cycles",
+			"paired: the library's blocks' CPU (each read around the block, less the reading pair's cost) over their cycles",
 		"allocs/cycle: uncontended only: the worker process's heap allocations (runtime.MemStats.Mallocs, all its goroutines) over the timed cycles, after the warm-up, per cycle, " +
 			"less the loop's own (the same loop on a lock that does nothing, in the same process: the request ctxs it makes); paired: over the library's blocks",
 		"cycle: one acquire+release, uncontended only; p50 and p90 over all the row's cycles",
 		"ctx: uncontended and uncontended-paired pass context.Background() to every acquire and release; uncontended-ctx and uncontended-paired-ctx give each call " +
 			"context.WithTimeout(context.Background(), " + requestTimeout.String() + "), made for the call as a request handler's ctx (the acquire's is cancelled once the release has returned, " +
 			"the release's after it); making and cancelling them is part of the cycle. Contended scenarios pass the run's ctx (no deadline)",
-		"uncontended-paired: every library in ONE worker process, a client each, each on a lock of its own: warm-up cycles per library, then blocks of cycles " +
+		"uncontended-paired, uncontended-paired-ctx (paired): every library in ONE worker process, a client each, each on a lock of its own: warm-up cycles per library, then blocks of cycles " +
 			"per library, the library order rotated by one each block (and each round). Its rows compare with each other, not with the uncontended rows: " +
 			"they share the machine's state, which drifts between passes. " +
 			"One pass, no counting pass: cmds/acq, sent/acq and inner/acq are - (its commands mix the libraries). " +
@@ -176,7 +176,7 @@ func legend() []string {
 			"the baseline of its request ctx / Background ctx ratio in the targets",
 		"vs " + pairedReference + ": paired only: median over blocks of (the library's median cycle in the block / " + pairedReference +
 			"'s median cycle in the same block); 1.00 for " + pairedReference + " itself, - without it; below 1: faster",
-		"errors: total over all rounds and both passes (uncontended-paired: its one pass), warm-ups included: failed acquires and releases, waits cut off " + grace.String() + " after the run ended, overlapping holds, tokens out of order; never a median",
+		"errors: total over all rounds and both passes (paired: its one pass), warm-ups included: failed acquires and releases, waits cut off " + grace.String() + " after the run ended, overlapping holds, tokens out of order; never a median",
 		"figures other than errors: median over rounds",
 	}
 }
