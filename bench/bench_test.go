@@ -338,19 +338,24 @@ func TestBlockCPUPerCycle(t *testing.T) {
 }
 
 // TestSpecsCallTimeout checks which ctx each scenario's worker spec asks
-// for: a request ctx in the -ctx scenarios only (both passes of the
-// per-library one; the paired one with the reference's Background
-// baseline), context.Background() in the other uncontended ones and no
-// call timeout in the contended ones.
+// for: a request ctx in the -ctx and -ctx-heeding scenarios only (both
+// passes of the per-library one; the paired one with the reference's
+// Background baseline), context.Background() in the other uncontended
+// ones and no call timeout in the contended ones; and go-redis clients
+// with ContextTimeoutEnabled in the -heeding scenarios only.
 func TestSpecsCallTimeout(t *testing.T) {
 	b := &bench{cfg: config{libs: libraries, cycles: 100, blocks: 2, blockCyc: 3, duration: time.Second}}
 	for _, sc := range scenarios {
 		want := time.Duration(0)
-		if strings.HasSuffix(sc.name, "-ctx") {
+		if strings.HasSuffix(sc.name, "-ctx") || strings.HasSuffix(sc.name, "-ctx-heeding") {
 			want = requestTimeout
 		}
+		heeding := strings.HasSuffix(sc.name, "-heeding")
 		if sc.paired {
 			spec := b.pairedSpec(sc, 1)
+			if spec.Options.ContextTimeout != heeding {
+				t.Errorf("%s: ContextTimeoutEnabled %v, want %v", sc.name, spec.Options.ContextTimeout, heeding)
+			}
 			if spec.CallTimeout != want || spec.BackgroundBaseline != (want > 0) {
 				t.Errorf("%s: call timeout %v, Background baseline %v; want %v, %v", sc.name, spec.CallTimeout, spec.BackgroundBaseline, want, want > 0)
 			}
@@ -364,8 +369,12 @@ func TestSpecsCallTimeout(t *testing.T) {
 			continue
 		}
 		for _, kind := range []passKind{timedPass, countingPass} {
-			if got := b.passSpec(kind, sc, libraries[0], 1).CallTimeout; got != want {
-				t.Errorf("%s, pass %d: call timeout %v, want %v", sc.name, kind, got, want)
+			spec := b.passSpec(kind, sc, libraries[0], 1)
+			if spec.CallTimeout != want {
+				t.Errorf("%s, pass %d: call timeout %v, want %v", sc.name, kind, spec.CallTimeout, want)
+			}
+			if spec.Options.ContextTimeout != heeding {
+				t.Errorf("%s, pass %d: ContextTimeoutEnabled %v, want %v", sc.name, kind, spec.Options.ContextTimeout, heeding)
 			}
 		}
 	}

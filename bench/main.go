@@ -13,6 +13,10 @@
 //     the machine's drift between passes; the -ctx one also runs
 //     fencedlock with context.Background() in every block, the baseline
 //     of its request ctx / Background ratio;
+//   - uncontended-ctx-heeding and uncontended-paired-ctx-heeding: the two
+//     -ctx scenarios with every go-redis client made with
+//     ContextTimeoutEnabled, the client fencedlock's docs advise for
+//     request contexts;
 //   - 1proc-8g, 4proc-2g, 8proc-4g, 1proc-32g: processes × goroutines
 //     contending for one lock, each holding it -hold.
 //
@@ -97,8 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.opts.TTL, "ttl", 10*time.Second, "lock TTL for every library")
 	fs.DurationVar(&c.hold, "hold", time.Millisecond, "how long a contending goroutine holds the lock (a sleep)")
 	fs.IntVar(&c.cycles, "cycles", 3000, "acquire+release cycles of the uncontended timed run")
-	fs.IntVar(&c.blocks, "blocks", 60, "uncontended-paired and uncontended-paired-ctx: blocks per round, each running every library in turn")
-	fs.IntVar(&c.blockCyc, "block-cycles", 50, "uncontended-paired and uncontended-paired-ctx: acquire+release cycles per library per block")
+	fs.IntVar(&c.blocks, "blocks", 60, "the paired scenarios: blocks per round, each running every library in turn")
+	fs.IntVar(&c.blockCyc, "block-cycles", 50, "the paired scenarios: acquire+release cycles per library per block")
 	libs := fs.String("libs", libraryNames(), "libraries to run, comma-separated")
 	scens := fs.String("scenarios", scenarioNames(), "scenarios to run, comma-separated")
 	fs.BoolVar(&c.markdown, "markdown", false, "print Markdown instead of aligned text")
@@ -292,7 +296,7 @@ func (b *bench) passSpec(kind passKind, sc scenario, lib *library, round int) ch
 	}
 	resource := fmt.Sprintf("bench:%s:%s:r%d:%s", sc.name, lib.name, round, kindName)
 	spec := childSpec{
-		Options:        b.cfg.opts,
+		Options:        sc.options(b.cfg.opts),
 		Resource:       resource,
 		WarmupResource: resource + ":warmup",
 		Goroutines:     sc.goroutines,
@@ -372,7 +376,7 @@ func (b *bench) header() (header, error) {
 	h.run = fmt.Sprintf("rounds %d (library order rotated by one each round); contended: %v timed pass + %v counting pass, "+
 		"each after a %v warm-up on another resource, hold %v (a sleep); uncontended: %d timed + %d counting cycles, each after %d warm-up cycles; "+
 		"paired: one pass, all libraries in one process, %d warm-up cycles each, then %d blocks of %d cycles per library, order rotated by one each block "+
-		"(uncontended-paired-ctx: %s with context.Background() as one more library); "+
+		"(uncontended-paired-ctx and -ctx-heeding: %s with context.Background() as one more library); "+
 		"request ctx: context.WithTimeout(context.Background(), %v) per call; "+
 		"lock TTL %v; every pass in fresh worker processes, one Redis client per process and library",
 		c.rounds, c.duration, c.countingDuration(), warmupDuration, c.hold,

@@ -214,7 +214,7 @@ func (b *bench) pairedSpec(sc scenario, round int) childSpec {
 	}
 	resource := fmt.Sprintf("bench:%s:r%d", sc.name, round)
 	return childSpec{
-		Options:            b.cfg.opts,
+		Options:            sc.options(b.cfg.opts),
 		Resource:           resource,
 		WarmupResource:     resource + ":warmup",
 		Goroutines:         1,

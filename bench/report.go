@@ -167,12 +167,13 @@ func legend() []string {
 		"cycle: one acquire+release, uncontended only; p50 and p90 over all the row's cycles",
 		"ctx: uncontended and uncontended-paired pass context.Background() to every acquire and release; uncontended-ctx and uncontended-paired-ctx give each call " +
 			"context.WithTimeout(context.Background(), " + requestTimeout.String() + "), made for the call as a request handler's ctx (the acquire's is cancelled once the release has returned, " +
-			"the release's after it); making and cancelling them is part of the cycle. Contended scenarios pass the run's ctx (no deadline)",
+			"the release's after it); making and cancelling them is part of the cycle. Contended scenarios pass the run's ctx (no deadline). " +
+			"The -heeding scenarios do the same with every go-redis client (fencedlock's, redsync's, redislock's) made with ContextTimeoutEnabled; the others use go-redis's defaults",
 		"uncontended-paired, uncontended-paired-ctx (paired): every library in ONE worker process, a client each, each on a lock of its own: warm-up cycles per library, then blocks of cycles " +
 			"per library, the library order rotated by one each block (and each round). Its rows compare with each other, not with the uncontended rows: " +
 			"they share the machine's state, which drifts between passes. " +
 			"One pass, no counting pass: cmds/acq, sent/acq and inner/acq are - (its commands mix the libraries). " +
-			"uncontended-paired-ctx's blocks also run " + pairedReference + " with context.Background() on a lock of its own, as one more library (no row of its own): " +
+			"uncontended-paired-ctx's and uncontended-paired-ctx-heeding's blocks also run " + pairedReference + " with context.Background() on a lock of its own, as one more library (no row of its own): " +
 			"the baseline of its request ctx / Background ctx ratio in the targets",
 		"vs " + pairedReference + ": paired only: median over blocks of (the library's median cycle in the block / " + pairedReference +
 			"'s median cycle in the same block); 1.00 for " + pairedReference + " itself, - without it; below 1: faster",

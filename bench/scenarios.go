@@ -27,6 +27,9 @@ type scenario struct {
 	// cycles gets a ctx of its own with a requestTimeout deadline, as a
 	// request handler's; else context.Background().
 	requestCtx bool
+	// heeding: the go-redis clients are made with ContextTimeoutEnabled
+	// (see libOptions.ContextTimeout).
+	heeding bool
 }
 
 // requestTimeout is the deadline of a request ctx.
@@ -38,6 +41,8 @@ var scenarios = []scenario{
 	{name: "uncontended-ctx", procs: 1, goroutines: 1, cycles: true, requestCtx: true},
 	{name: "uncontended-paired", procs: 1, goroutines: 1, cycles: true, paired: true},
 	{name: "uncontended-paired-ctx", procs: 1, goroutines: 1, cycles: true, paired: true, requestCtx: true},
+	{name: "uncontended-ctx-heeding", procs: 1, goroutines: 1, cycles: true, requestCtx: true, heeding: true},
+	{name: "uncontended-paired-ctx-heeding", procs: 1, goroutines: 1, cycles: true, paired: true, requestCtx: true, heeding: true},
 	{name: "1proc-8g", procs: 1, goroutines: 8},
 	{name: "4proc-2g", procs: 4, goroutines: 2},
 	{name: "8proc-4g", procs: 8, goroutines: 4},
@@ -59,10 +64,20 @@ func (sc scenario) callTimeout() time.Duration {
 
 // ctxName names the ctx the calls of an uncontended scenario get.
 func (sc scenario) ctxName() string {
-	if sc.requestCtx {
+	switch {
+	case sc.heeding:
+		return "request ctx, ContextTimeoutEnabled clients"
+	case sc.requestCtx:
 		return "request ctx"
 	}
 	return "Background ctx"
+}
+
+// options returns the libraries' options for sc's passes: o, with the
+// go-redis clients heeding ctx deadlines if sc asks for it.
+func (sc scenario) options(o libOptions) libOptions {
+	o.ContextTimeout = sc.heeding
+	return o
 }
 
 // parseScenarios parses the -scenarios flag.

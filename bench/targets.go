@@ -321,7 +321,7 @@ func writeTargets(w io.Writer, rows []row, markdown bool) {
 	for _, l := range []string{
 		"every comparison is taken per round, between libraries of the same round (paired: of the same blocks); result: PASS when the median over rounds meets the bound, - when it cannot be computed (no peer ran); rounds met: in how many rounds the value met the bound",
 		"cycle time / fastest peer: per round, " + pairedReference + "'s blockRatio (median over blocks of its block median cycle / the peer's in the same block) to each peer, all with the same kind of ctx; the largest, i.e. against the fastest peer",
-		"request ctx / Background ctx: per round, the median over uncontended-paired-ctx's blocks of " + pairedReference + "'s block median cycle with a request ctx / its block median cycle with context.Background() in the same block",
+		"request ctx / Background ctx: per round, the median over uncontended-paired-ctx's (or -ctx-heeding's) blocks of " + pairedReference + "'s block median cycle with a request ctx / its block median cycle with context.Background() in the same block",
 		"lowest peer: per round, the peer with the lowest Redis CPU per acquisition (uncontended: per cycle) in the same scenario",
 		"busy %: per round, " + pairedReference + "'s busy % less the median of the other libraries' busy % in the same scenario and round: at least 0 means at least the peers' median",
 		"allocations per cycle: see allocs/cycle above; request ctx: " + requestTimeout.String() + " deadline, a ctx of its own for each call (see ctx above)",
