@@ -35,39 +35,81 @@ func Bounded[T any](ctx context.Context, heeds bool, f func(context.Context) (T,
 	if err := Err(ctx); err != nil {
 		return zero, &NotSentError{err}
 	}
-	done := ctx.Done()
-	if done == nil { // never ends: no need for a goroutine
-		return f(ctx)
-	}
-	if heeds {
-		if deadline, ok := ctx.Deadline(); ok {
-			v, err := f(ctx)
-			if err != nil && !IsReply(err) && !time.Now().Before(deadline) {
-				// The connection's deadline is ctx's: its timeout may
-				// come a moment before ctx's own timer has fired.
-				<-done
-				return zero, ctx.Err()
-			}
-			return v, err
+	if deadline, here := onCaller(ctx, heeds); here {
+		v, err := f(ctx)
+		if err = timedOut(ctx, deadline, err); err != nil {
+			return zero, err
 		}
+		return v, nil
 	}
+	return apart(ctx, f, func(ctx context.Context, f func(context.Context) (T, error)) (T, error) { return f(ctx) })
+}
+
+// BoundedOn is Bounded for f(ctx, a). f should be a function, not a
+// closure, and a a value: then a round trip that runs on the caller's
+// goroutine (ctx that never ends, or a client that heeds its deadline)
+// allocates nothing for the call, which is what the uncontended acquire
+// and release use it for.
+func BoundedOn[A, T any](ctx context.Context, heeds bool, a A, f func(context.Context, A) (T, error)) (T, error) {
+	var zero T
+	if err := Err(ctx); err != nil {
+		return zero, &NotSentError{err}
+	}
+	if deadline, here := onCaller(ctx, heeds); here {
+		v, err := f(ctx, a)
+		if err = timedOut(ctx, deadline, err); err != nil {
+			return zero, err
+		}
+		return v, nil
+	}
+	return apart(ctx, a, f)
+}
+
+// onCaller reports whether a round trip under ctx runs on the caller's
+// goroutine: ctx never ends, or the client heeds its deadline. deadline
+// is ctx's, if it has one.
+func onCaller(ctx context.Context, heeds bool) (deadline time.Time, here bool) {
+	if ctx.Done() == nil {
+		return time.Time{}, true
+	}
+	deadline, ok := ctx.Deadline()
+	return deadline, heeds && ok
+}
+
+// timedOut returns err, the error of a round trip run on the caller's
+// goroutine, or ctx's error when it is the connection's timeout at ctx's
+// deadline.
+func timedOut(ctx context.Context, deadline time.Time, err error) error {
+	if err == nil || deadline.IsZero() || IsReply(err) || time.Now().Before(deadline) {
+		return err
+	}
+	// The connection's deadline is ctx's: its timeout may come a moment
+	// before ctx's own timer has fired.
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// apart runs f(ctx, a) in a goroutine of its own, and returns its result,
+// or ctx's error as soon as ctx ends.
+func apart[A, T any](ctx context.Context, a A, f func(context.Context, A) (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := f(ctx)
+		v, err := f(ctx, a)
 		ch <- result{v, err}
 	}()
 	select {
 	case r := <-ch:
 		return r.v, r.err
-	case <-done:
+	case <-ctx.Done():
 		select {
 		case r := <-ch: // the answer came with the end of ctx
 			return r.v, r.err
 		default:
+			var zero T
 			return zero, ctx.Err()
 		}
 	}
