@@ -91,10 +91,8 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 		return nil, err
 	}
 	cfg := acquireConfig{minDelay: defaultMinRetryDelay, maxDelay: defaultMaxRetryDelay}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
+	if len(opts) > 0 {
+		cfg = configure(cfg, opts)
 	}
 	cfg.minDelay = max(cfg.minDelay, time.Millisecond)
 	cfg.maxDelay = max(cfg.maxDelay, cfg.minDelay)
@@ -115,7 +113,8 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 		Resource: resource, Channel: lock.channel, Owner: lock.owner.(string),
 		TTL: time.Duration(ms) * time.Millisecond, Delays: wait.Delays{Min: cfg.minDelay, Max: cfg.maxDelay},
 	}
-	token, base, err := l.room.Wait(ctx, req, &contender{l: l, lock: lock, ms: ms})
+	lock.contender = contender{l: l, lock: lock, ms: ms}
+	token, base, err := l.room.Wait(ctx, req, &lock.contender)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +128,17 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 		lock.startHeartbeat(interval)
 	}
 	return lock, nil
+}
+
+// configure returns cfg with opts applied. (Apart from acquire, so that a
+// call without options does not move cfg to the heap.)
+func configure(cfg acquireConfig, opts []AcquireOption) acquireConfig {
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	return cfg
 }
 
 // contender is what the waiting room asks of the lock a waiter waits for
@@ -252,13 +262,11 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 // queue lasts without another attempt. Its error is redisErr's, or says
 // that the reply could not be read; it cleans up nothing: see giveUp.
 func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (wait.Answer, error) {
-	var lifeArg any = ""
+	a := acquireCall{lock: lock, ms: l.ttlArgs.box(ms), life: ""}
 	if life > 0 {
-		lifeArg = life.Milliseconds()
+		a.life = l.lifeArgs.box(life.Milliseconds())
 	}
-	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
-		return acquireScript.Run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
-	})
+	res, err := call.BoundedOn(ctx, l.heeds, a, runAcquire)
 	if err != nil {
 		return wait.Answer{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 	}
@@ -270,6 +278,21 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		return wait.Answer{}, fmt.Errorf("fencedlock: acquire %s: %w", names.Quote(lock.resource), err)
 	}
 	return wait.Answer{Granted: r.status == acquireGranted, Token: uint64(r.token), Wait: r.wait, Floor: uint64(r.floor)}, nil
+}
+
+// acquireCall is what an attempt sends besides the Lock's keys and owner:
+// the TTL and the life of a waiter's place in milliseconds ("" for a
+// single attempt), boxed.
+type acquireCall struct {
+	lock     *Lock
+	ms, life any
+}
+
+// runAcquire runs the acquire script for a, one round trip (see
+// call.BoundedOn).
+func runAcquire(ctx context.Context, a acquireCall) ([]any, error) {
+	k := a.lock
+	return acquireScript.Run(ctx, k.locker.client, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Slice()
 }
 
 // The statuses of acquire.lua's replies, named as in the script.

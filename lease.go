@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,8 @@ type Lock struct {
 	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
 	inRoom    bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
+
+	contender contender // what its Acquire's waiting room asks of it
 }
 
 // newLock returns an ungranted Lock on resource with a fresh owner nonce:
@@ -67,29 +70,65 @@ func (l *Locker) newLock(resource string) (*Lock, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
-	var hexed [len(b)*2 + 1]byte
+	var hexed [len(b) * 2]byte
 	hex.Encode(hexed[:], b[:])
-	hexed[len(hexed)-1] = ':'
-	return l.lockFor(resource, l.id+string(hexed[:])), nil
+	return l.lock(resource, l.id, hexed[:]), nil
 }
 
 // lockFor returns an ungranted Lock on resource for owner, an owner nonce
 // and its ':'.
 func (l *Locker) lockFor(resource, owner string) *Lock {
-	nonce := owner[:len(owner)-1]
-	k := &Lock{locker: l, resource: resource, owner: owner}
-	// One allocation for all the names: the keys are slices of it, and
-	// the channel of the Locker.
-	base := keyFor(l.prefix, resource, "")
-	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants:" + l.id
-	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
-		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
+	return l.lock(resource, owner[:len(owner)-1], nil)
+}
+
+// lock returns an ungranted Lock on resource whose owner nonce is start
+// followed by rest. Its names (keys, owner, channels) are slices of one
+// string, made in one allocation.
+func (l *Locker) lock(resource, start string, rest []byte) *Lock {
+	k := &Lock{locker: l, resource: resource}
+	var b strings.Builder
+	base := func() {
+		if l.prefix != "" {
+			b.WriteString(l.prefix)
+			b.WriteByte(':')
+		}
+		b.WriteByte('{')
+		b.WriteString(resource)
+		b.WriteString("}:")
 	}
-	k.channel = all
-	for i, key := range k.keys {
-		k.keyArgs[i] = key
+	nonce := len(start) + len(rest)
+	baseLen := len(l.prefix) + len(resource) + 3
+	if l.prefix == "" {
+		baseLen--
 	}
-	k.chanArg = all[:len(all)-len(l.id)]
+	kinds := [...]string{"lock", "token", "queue", "deadlines", "abandoned:"}
+	b.Grow(7*baseLen + len("lockqueuetokendeadlinesabandoned:grants:") + 2*nonce + 1 + len(l.id))
+	var ends [len(kinds)]int
+	for i, kind := range kinds {
+		base()
+		b.WriteString(kind)
+		ends[i] = b.Len()
+	}
+	b.WriteString(start) // the marker's nonce, then the owner: the nonce and ':'
+	b.Write(rest)
+	ends[keyMarker] = b.Len()
+	b.WriteString(start)
+	b.Write(rest)
+	b.WriteByte(':')
+	ownerEnd := b.Len()
+	base()
+	b.WriteString("grants:")
+	chanArgEnd := b.Len()
+	b.WriteString(l.id)
+	all := b.String()
+	from := 0
+	for i, end := range ends {
+		k.keys[i], from = all[from:end], end
+		k.keyArgs[i] = k.keys[i]
+	}
+	k.owner = all[from:ownerEnd]
+	k.channel = all[ownerEnd:]
+	k.chanArg = all[ownerEnd:chanArgEnd]
 	return k
 }
 
@@ -630,9 +669,7 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 		candidate = next.Owner + strconv.FormatInt(next.TTL.Milliseconds(), 10)
 		life = next.Life.Milliseconds()
 	}
-	res, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg, candidate, life, k.locker.room.Publish()).Slice()
-	})
+	res, err := call.BoundedOn(ctx, k.locker.heeds, releaseCall{k, keys, entry, markerMS, candidate, life}, runRelease)
 	if err != nil {
 		return releaseReply{}, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
@@ -641,6 +678,21 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 		return releaseReply{}, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
 	}
 	return r, nil
+}
+
+// releaseCall is what a release sends besides the Lock's owner and
+// channels (see Lock.release).
+type releaseCall struct {
+	k                                *Lock
+	keys                             []any
+	entry, markerMS, candidate, life any
+}
+
+// runRelease runs the release script for r, one round trip (see
+// call.BoundedOn).
+func runRelease(ctx context.Context, r releaseCall) ([]any, error) {
+	k := r.k
+	return releaseScript.Run(ctx, k.locker.client, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Slice()
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it

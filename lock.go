@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +47,8 @@ type Locker struct {
 	replicas *replicaWait     // set by WithReplicas
 	idle     time.Duration    // set by WithIdleExpiry
 	idleArg  any              // idle in milliseconds, boxed once for the scripts
+	ttlArgs  boxedMS          // the last TTL in milliseconds an attempt sent, boxed
+	lifeArgs boxedMS          // the last life of a waiter's place an attempt sent, boxed
 	logger   *slog.Logger     // set by WithLogger
 	observer observe.Observer // set by WithObserver
 	cleanups *call.Cleanups   // the cleanups running in the background
@@ -300,4 +303,24 @@ func decodeAdvance(res any, floor Token) (advanceReply, error) {
 		}
 	}
 	return advanceReply{}, fmt.Errorf("unexpected reply %v", res)
+}
+
+// boxedMS keeps the last count of milliseconds a script was sent, boxed:
+// a Locker's callers mostly ask for the same TTL, so its attempts box it
+// once, not once each.
+type boxedMS struct{ last atomic.Pointer[msArg] }
+
+type msArg struct {
+	ms  int64
+	arg any
+}
+
+// box returns ms boxed, as the last call did when it was the same.
+func (b *boxedMS) box(ms int64) any {
+	if p := b.last.Load(); p != nil && p.ms == ms {
+		return p.arg
+	}
+	p := &msArg{ms: ms, arg: ms}
+	b.last.Store(p)
+	return p.arg
 }

@@ -345,7 +345,7 @@ type Room struct {
 
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
-	holding     map[string]*holding    // what Locks of this Locker hold (see Room.Hold)
+	holding     map[string]holding     // what Locks of this Locker hold (see Room.Hold)
 	sweepAt     int                    // the size of holding at which Hold next drops what ran out
 	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
 	pubsub      kind                   // learnt by probe
@@ -542,7 +542,7 @@ func (r *Room) Hold(resource string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.holding == nil {
-		r.holding = make(map[string]*holding)
+		r.holding = make(map[string]holding)
 	}
 	if len(r.holding) >= r.sweepAt {
 		now := time.Now()
@@ -554,14 +554,11 @@ func (r *Room) Hold(resource string, until time.Time) {
 		r.sweepAt = max(minSweep, 2*len(r.holding))
 	}
 	h := r.holding[resource]
-	if h == nil {
-		h = &holding{}
-		r.holding[resource] = h
-	}
 	h.locks++
 	if until.After(h.until) {
 		h.until = until
 	}
+	r.holding[resource] = h
 }
 
 // minSweep is the fewest resources Room.holding holds before Hold drops
@@ -580,8 +577,9 @@ type holding struct {
 func (r *Room) Extend(resource string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h := r.holding[resource]; h != nil && until.After(h.until) {
+	if h, ok := r.holding[resource]; ok && until.After(h.until) {
 		h.until = until
+		r.holding[resource] = h
 	}
 }
 
@@ -590,11 +588,12 @@ func (r *Room) Extend(resource string, until time.Time) {
 func (r *Room) Unhold(resource string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := r.holding[resource]
-	if h == nil {
+	h, ok := r.holding[resource]
+	if !ok {
 		return
 	}
 	if h.locks--; h.locks > 0 {
+		r.holding[resource] = h
 		return
 	}
 	delete(r.holding, resource)
@@ -606,8 +605,8 @@ func (r *Room) Unhold(resource string) {
 // heldUntil returns when the Locks of this Locker that hold resource run
 // out, unless refreshed; zero when none holds it. The Room's mu is held.
 func (r *Room) heldUntil(resource string) time.Time {
-	h := r.holding[resource]
-	if h == nil {
+	h, ok := r.holding[resource]
+	if !ok {
 		return time.Time{}
 	}
 	if !time.Now().Before(h.until) {
@@ -664,6 +663,7 @@ type queue struct {
 	resource string
 	channel  string // where releases that hand the lock on publish
 	waiters  []*waiter
+	one      [1]*waiter    // waiters' first backing array: most queues never hold two
 	sub      *subscriber   // nil until the first waiter is refused
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
@@ -697,6 +697,7 @@ func (r *Room) join(resource, channel string, w *waiter) (*queue, bool) {
 	q := r.queues[resource]
 	if q == nil {
 		q = &queue{resource: resource, channel: channel}
+		q.waiters = q.one[:0]
 		r.queues[resource] = q
 	}
 	if q.idle != nil {
