@@ -133,7 +133,11 @@ func (l *Locker) acquireEnd(ctx context.Context, start time.Time, c observe.Call
 		return
 	}
 	e.Token = uint64(lock.token)
-	if ended := lock.announce(context.WithoutCancel(l.emit(ctx, e))); ended != nil {
+	lctx := l.emit(ctx, e)
+	if lctx.Done() != nil {
+		lctx = context.WithoutCancel(lctx) // the Lock outlives the acquire's ctx
+	}
+	if ended := lock.announce(lctx); ended != nil {
 		lock.reportEnd(ended)
 	}
 }
