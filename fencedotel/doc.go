@@ -3,7 +3,8 @@
 // to, and fences of, the stores that [fencedlock.ObserveStore] wraps.
 //
 // It is a module of its own, so that the fencedlock module does not
-// require OpenTelemetry. Create one [Observer] and give it to every
+// require OpenTelemetry; it needs Go 1.26 or later, as OpenTelemetry Go
+// v1.47 does. Create one [Observer] and give it to every
 // Locker and store of the process:
 //
 //	obs, err := fencedotel.NewObserver() // the global providers
