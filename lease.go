@@ -23,9 +23,11 @@ import (
 //
 // A Lock is held until Release releases it or it is found lost: a Refresh,
 // Release or TTL call, or the heartbeat (see WithHeartbeat), finds the key
-// gone or another owner's, or the heartbeat could not refresh the lock
-// before its TTL ran out. Done and Err report which. Once a Lock is no
-// longer held, its methods send nothing more to Redis.
+// gone or another owner's, or its lease ran out by the local clock: no
+// Refresh (the heartbeat's or the caller's) succeeded within its TTL, less
+// a twentieth, since the last grant or refresh was sent. Done and Err
+// report which. Once a Lock is no longer held, its methods send nothing
+// more to Redis.
 //
 // Get a Lock from a Locker. The methods of a nil or zero Lock return
 // errors wrapping ErrInvalidArgument (Resource and Token return zero
@@ -54,10 +56,12 @@ type Lock struct {
 	done      chan struct{}      // made on demand; closed when the Lock ends
 	stop      context.CancelFunc // stops the heartbeat, if one was started
 	kick      chan struct{}      // tells the heartbeat that the TTL changed
-	expiry    *time.Timer        // ends the Lock at its lease once a failed Release stopped its heartbeat; nil until then
+	expiry    *time.Timer        // ends the Lock at its lease while someone watches and no heartbeat runs (see armExpiryLocked); nil until then
 	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
 	inRoom    bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
+	evCtx     context.Context    // the ctx of the Lock's later events: the observer's, from its AcquireEnd; nil until announced
+	call      observe.Call       // the call that acquired the Lock, for its events; set before it is shared
 
 	contender contender // what its Acquire's waiting room asks of it
 }
@@ -166,34 +170,69 @@ func (k *Lock) Token() Token {
 }
 
 // Done returns a channel that is closed once the Lock is no longer held:
-// released by Release, or found lost. Err tells which. Without a
-// heartbeat, loss is found only by a call to Refresh, Release or TTL.
+// released by Release, or found lost. Err tells which. It is closed when
+// the lease runs out by the local clock, with or without a heartbeat;
+// without one, a key that Redis lost before then (deleted, or lost in a
+// failover) is found only by a call to Refresh, Release or TTL.
 func (k *Lock) Done() <-chan struct{} {
 	if k.check() != nil {
 		return closedChan
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.done == nil {
-		if k.state.ended() {
-			return closedChan
+	after := k.ranOutLocked()
+	ch := k.done
+	if ch == nil {
+		ch = closedChan
+		if !k.state.ended() {
+			k.done = make(chan struct{})
+			ch = k.done
+			var watched afterUnlock
+			_, watched = k.stepLocked(evWatched, nil)
+			after = after.and(watched)
 		}
-		k.done = make(chan struct{})
 	}
-	return k.done
+	k.mu.Unlock()
+	after.run(k)
+	return ch
 }
 
 // Err returns nil while the Lock is held, ErrReleased once Release has
-// released it, and an error wrapping ErrLockLost once it was found lost.
-// A Lock that Release released never reports ErrLockLost, even when a
-// Refresh or the heartbeat raced the Release.
+// released it, and an error wrapping ErrLockLost once it was found lost:
+// when its lease ran out by the local clock, the error says "the TTL ran
+// out". A Lock that Release released never reports ErrLockLost, even when
+// a Refresh or the heartbeat raced the Release.
 func (k *Lock) Err() error {
 	if err := k.check(); err != nil {
 		return err
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.err
+	after := k.ranOutLocked()
+	err := k.err
+	k.mu.Unlock()
+	after.run(k)
+	return err
+}
+
+// ranOutLocked ends the Lock as lost (evRanOut) when its lease has run
+// out by the local clock: k.until has passed. That is how a Lock that
+// nobody watches, and so has no expiry timer, finds it: at its next call.
+// k.mu is held; the caller runs the afterUnlock it returns.
+func (k *Lock) ranOutLocked() afterUnlock {
+	if k.state.ended() || k.until.IsZero() || time.Now().Before(k.until) {
+		return afterUnlock{}
+	}
+	_, after := k.stepLocked(evRanOut, k.lostErr(ranOutWhy(k.ttl, nil)))
+	return after
+}
+
+// ranOutWhy is why a Lock whose lease of ttl ran out is lost, with err,
+// the last refresh's error, if any.
+func ranOutWhy(ttl time.Duration, err error) string {
+	why := "the TTL ran out: no refresh succeeded within the TTL of " + ttl.String() + " by the local clock"
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	return why
 }
 
 // grant records that Redis granted the Lock, with token, for ttl, the
@@ -264,7 +303,7 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 		k.releasing = make(chan struct{})
 	}
 	if do&doStopHeartbeat != 0 {
-		after.stop = k.stop
+		after.stop, k.stop = k.stop, nil
 	}
 	if do&doKeepLoss != 0 {
 		k.pending = why
@@ -322,6 +361,21 @@ const (
 	roomUnhold        // it no longer holds it for sure (wait.Room.Unhold)
 )
 
+// and returns what a and b leave to do, for two transitions in a row; the
+// second may end the Lock only if the first did not.
+func (a afterUnlock) and(b afterUnlock) afterUnlock {
+	if b.stop != nil {
+		a.stop = b.stop
+	}
+	if b.why != nil {
+		a.onEnd, a.report, a.why = b.onEnd, b.report, b.why
+	}
+	if b.room != roomNone {
+		a.room, a.until = b.room, b.until
+	}
+	return a
+}
+
 // run stops the heartbeat, then tells of the end: onEnd, then the
 // observer.
 func (a afterUnlock) run(k *Lock) {
@@ -348,8 +402,10 @@ func (a afterUnlock) run(k *Lock) {
 // nil while it is.
 func (k *Lock) ended() error {
 	k.mu.Lock()
+	after := k.ranOutLocked()
 	err := k.err
 	k.mu.Unlock()
+	after.run(k)
 	if errors.Is(err, ErrReleased) {
 		return fmt.Errorf("%w: %s (token %d)", ErrReleased, names.Quote(k.resource), k.token)
 	}
@@ -361,24 +417,49 @@ func (k *Lock) ended() error {
 // already. It replaces an f set before.
 func (k *Lock) onEnded(f func(error)) {
 	k.mu.Lock()
+	after := k.ranOutLocked()
 	err := k.err
 	if err == nil {
 		k.onEnd = f
+		var watched afterUnlock
+		_, watched = k.stepLocked(evWatched, nil)
+		after = after.and(watched)
 	}
 	k.mu.Unlock()
+	after.run(k)
 	if err != nil {
 		f(err)
 	}
 }
 
 // announce records that the acquire of the Lock was reported (see
-// WithObserver): from then on its end is reported too. It returns the
+// WithObserver), the observer having returned ctx: from then on its
+// end is reported too, and its later events get ctx. It returns the
 // Lock's end if it has ended already, for the caller to report.
-func (k *Lock) announce() (ended error) {
+func (k *Lock) announce(ctx context.Context) (ended error) {
+	k.mu.Lock()
+	k.announced, k.evCtx = true, ctx
+	after := k.ranOutLocked()
+	if k.err == nil {
+		_, watched := k.stepLocked(evWatched, nil)
+		after = after.and(watched)
+	}
+	err := k.err
+	k.mu.Unlock()
+	after.report = false // the caller reports the end returned
+	after.run(k)
+	return err
+}
+
+// eventCtx returns the ctx of the Lock's events after its acquire (see
+// announce): the observer's, or context.Background.
+func (k *Lock) eventCtx() context.Context {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.announced = true
-	return k.err
+	if k.evCtx == nil {
+		return context.Background()
+	}
+	return k.evCtx
 }
 
 // grantedAt returns the local time before the grant was sent.
@@ -419,7 +500,8 @@ func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
 // counts as held only until the shorter of its last TTL and ttl, until a
 // Refresh succeeds. ttl must be at least one millisecond. A heartbeat goes
 // on with the new ttl. On a released Lock it returns an error wrapping
-// ErrReleased.
+// ErrReleased; once the lease ran out by the local clock (see Lock), it
+// sends nothing and returns the loss.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.check(); err != nil {
 		return err
@@ -441,6 +523,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	k.hold(sent, ttl)
+	if err := k.ended(); errors.Is(err, ErrLockLost) {
+		return err // its lease ran out, by the local clock, before the reply came
+	}
 	return nil
 }
 
@@ -806,11 +891,12 @@ func (k *Lock) lose(e leaseEvent, why string) error {
 }
 
 // armExpiryLocked ends the Lock as lost once its lease runs out by the
-// local clock (k.until), in place of the heartbeat that a failed Release
-// stopped. A Lock that never had a heartbeat keeps finding its loss by
-// its calls. k.mu is held.
+// local clock (k.until), when someone watches its end and no heartbeat
+// runs (the heartbeat ends it then itself). A Lock that nobody watches
+// gets no timer: its calls find that its lease ran out (see
+// ranOutLocked). k.mu is held.
 func (k *Lock) armExpiryLocked() {
-	if k.stop == nil {
+	if k.stop != nil || k.done == nil && k.onEnd == nil && !k.announced {
 		return
 	}
 	d := time.Until(k.until)
@@ -830,8 +916,9 @@ func (k *Lock) expire() {
 		k.mu.Unlock()
 		return
 	}
+	ttl := k.ttl
 	k.mu.Unlock()
-	k.ranOut("no Release or Refresh succeeded within its TTL")
+	k.ranOut(ranOutWhy(ttl, nil))
 }
 
 // lostErr is the error of a Lock lost for the reason why.

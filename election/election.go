@@ -15,6 +15,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // DefaultTTL is the leader's lease when no WithTTL is given.
@@ -332,7 +333,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	lock, err := e.locker.Acquire(ctx, e.name, e.ttl, fencedlock.WithHeartbeat(e.heartbeat))
+	lock, err := e.locker.Acquire(ctx, e.name, e.ttl, fencedlock.WithHeartbeat(e.heartbeat), fencedlock.WithCall(observe.CallCampaign))
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}

@@ -62,7 +62,9 @@ type Contender interface {
 	// last attempt was one. It returns err, the error the wait ends with,
 	// telling how that went.
 	GiveUp(ctx context.Context, place time.Duration, lost, lastLost bool, err error) error
-	// Refused is told of the wait's first refused attempt.
+	// Refused is told that the wait waits: of its first refused attempt,
+	// and of its queueing behind another waiter of the Room (so it may
+	// be told twice).
 	Refused(ctx context.Context)
 }
 
@@ -109,6 +111,7 @@ func (r *Room) Wait(ctx context.Context, req Request, c Contender) (uint64, time
 	w := &waiter{owner: req.Owner, ttl: req.TTL, life: life, wake: make(chan struct{}, 1)}
 	q, first := r.join(req.Resource, req.Channel, w)
 	if !first {
+		c.Refused(ctx)
 		select {
 		case <-ctx.Done():
 			err := c.Stopped(ctx, r.heard(q))
