@@ -63,8 +63,9 @@ type Contender interface {
 	// telling how that went.
 	GiveUp(ctx context.Context, place time.Duration, lost, lastLost bool, err error) error
 	// Refused is told that the wait waits: of its first refused attempt,
-	// and of its queueing behind another waiter of the Room (so it may
-	// be told twice).
+	// of its queueing behind another waiter of the Room, and of being
+	// held back while a Lock of its Locker holds the lock (so it may be
+	// told more than once).
 	Refused(ctx context.Context)
 }
 
@@ -219,6 +220,9 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		}
 		switch {
 		case do == hold:
+			if st.refused.IsZero() {
+				c.Refused(ctx) // held back: the wait waits, as if refused
+			}
 		case err != nil && call.Ended(ctx) != nil && st.answered():
 			// Cut short by ctx: what Redis last answered stands, and
 			// the attempt may yet run.
