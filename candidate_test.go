@@ -140,3 +140,44 @@ func TestWaiterAfterItsLockersReleaseLostItsReply(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 	requireNoGoroutinesLeft(t)
 }
+
+// A release whose reply was lost, held up in the network until after its
+// candidate asked Redis and was queued behind it, hands the lock to that
+// candidate when it arrives: the candidate hears of it at once, not by
+// its timer.
+func TestCandidateQueuedBeforeItsLockersLateReleaseHearsOfTheGrant(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	const res = "late-release-queued"
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	warmProxiedClient(t, ctx, l, c, p, 3)
+	holder := mustTryAcquire(t, ctx, l, res, longTTL)
+	mine := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+	const hold = 500 * time.Millisecond
+	p.HoldRequests(1, hold)
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer rcancel()
+	require.ErrorIs(t, holder.Release(rctx), fencedlock.ErrUnavailable)
+	// The waiter asked Redis, was refused (the release has not run) and
+	// queued, and subscribed.
+	waitUntil(t, func() bool { return queuedCount(t, b, l, res) == 1 && grantSubscribers(t, b, l, res) == 1 }, "the waiter to queue and subscribe")
+	require.Zero(t, p.Released(), "the held release arrived before the waiter queued")
+	awaitProxyAnswered(t, p, 1)
+	arrived := time.Now()
+
+	select {
+	case r := <-mine:
+		require.NoError(t, r.err)
+		assert.Less(t, time.Since(arrived), 200*time.Millisecond)
+		assert.Greater(t, r.lock.Token(), holder.Token())
+		require.NoError(t, r.lock.Release(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the waiter did not hear of the grant the late release made (lock key %q)", keySnapshot(t, b, l.LockKey(res)))
+	}
+	requireNoGoroutinesLeft(t)
+}

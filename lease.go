@@ -595,11 +595,12 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 	}
 	switch {
 	case r.owner == next.Owner:
-	case r.told == releaseInReply:
+	case r.owner[:lockerIDLen] == l.id:
+		// A waiter of this Locker: the reply tells it, whether or not
+		// the grant was published too (see lua/release.lua).
 		l.room.Deliver(k.resource, r.owner, uint64(r.token), sent)
-	case r.told == releasePublished:
-		// The waiter's own Locker hears of it.
-	default:
+	}
+	if r.told == releaseUnpublished {
 		l.room.PubSubRefused("PUBLISH of a hand-over on "+k.chanArg.(string)+r.owner[:lockerIDLen], nil, script.ACLDocs)
 	}
 	if l.watched() {
@@ -870,7 +871,7 @@ const (
 	releaseHeld        = 1 // HELD: the caller held the lock
 	releaseUnpublished = 0 // UNPUBLISHED: Redis refused the hand-over's message
 	releasePublished   = 1 // PUBLISHED: the hand-over's message was published
-	releaseInReply     = 2 // IN_REPLY: the hand-over went to a waiter of the caller's Locker
+	releaseInReply     = 2 // IN_REPLY: the hand-over went to the candidate, nobody being queued, and was not published
 	releaseQueued      = 1 // QUEUED: the candidate took its place at the back of the queue
 )
 

@@ -32,12 +32,13 @@
 --                                       with token (a digit string):
 --                                       held is HELD or NOT_HELD, as
 --                                       above; told is PUBLISHED (1) or
---                                       UNPUBLISHED (0) for a waiter of
---                                       another Locker (UNPUBLISHED: Redis
+--                                       UNPUBLISHED (0) for a waiter
+--                                       queued in Redis (UNPUBLISHED: Redis
 --                                       refused the message, the hand-over
 --                                       stands all the same), IN_REPLY (2)
---                                       for one of the caller's Locker,
---                                       which hears of it in this reply;
+--                                       for the candidate when nobody was
+--                                       queued, which hears of it in this
+--                                       reply alone;
 --                                       queued is QUEUED (1) when the
 --                                       candidate took its place at the
 --                                       back of the queue, else 0
@@ -54,11 +55,13 @@
 -- queued, to the candidate, which the caller's Locker holds back from
 -- Redis while the lock is its own. The candidate takes its place at the
 -- back of the queue when another waiter gets the lock: processes take
--- turns, and the candidate makes no attempt of its own. The waiter of
--- another Locker hears of its grant by "<owner nonce>:<token>" published
--- on that Locker's channel alone; so it does, too, when the lock is free
--- (a waiter gives up, or a holder releases late). A counter that cannot
--- grant a token hands nothing on: the waiter's own attempt reports it.
+-- turns, and the candidate makes no attempt of its own. A waiter queued
+-- in Redis hears of its grant by "<owner nonce>:<token>" published on its
+-- Locker's channel alone, even a waiter of the caller's Locker: the reply
+-- may be lost, and then the caller's Locker hears of it no other way; so
+-- it does, too, when the lock is free (a waiter gives up, or a holder
+-- releases late). A counter that cannot grant a token hands nothing on:
+-- the waiter's own attempt reports it.
 local HELD, NOT_HELD = 1, 0
 local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
 local QUEUED = 1
@@ -414,7 +417,7 @@ if head and owner then
       dequeue(KEYS[3], KEYS[4], head)
     end
     local told = IN_REPLY
-    if string.sub(owner, 1, 16) ~= locker then
+    if queued_head or string.sub(owner, 1, 16) ~= locker then
       told = UNPUBLISHED
       if publish(ARGV[2] .. string.sub(owner, 1, 16), owner .. t, ARGV[8]) then
         told = PUBLISHED
