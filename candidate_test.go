@@ -141,6 +141,67 @@ func TestWaiterAfterItsLockersReleaseLostItsReply(t *testing.T) {
 	requireNoGoroutinesLeft(t)
 }
 
+// A release held up in the network reaches Redis only after its
+// candidate left and the cleanup of what the release might have given it
+// has run: it must give the waiter that left nothing, neither the lock
+// nor a place in the queue.
+func TestReleaseArrivingAfterItsCandidateLeftGivesItNothing(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		name := "handed the lock"
+		if queued {
+			name = "queued behind another Locker's waiter"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			const res = "late-release"
+			p := redistest.NewProxy(t, b.Client.Options().Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+			warmProxiedClient(t, ctx, l, c, p, 2)
+			holder := mustTryAcquire(t, ctx, l, res, longTTL)
+			var other <-chan acquireResult
+			m := newLocker(b)
+			if queued {
+				other = acquireAsync(ctx, m, res, longTTL, hourRetryDelay)
+				waitUntil(t, func() bool { return queuedCount(t, b, m, res) == 1 }, "the other Locker's waiter to queue")
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			mine := acquireAsync(wctx, l, res, longTTL, hourRetryDelay)
+			waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+			const hold = 400 * time.Millisecond
+			p.HoldRequests(1, hold)
+			rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer rcancel()
+			released := make(chan error, 1)
+			go func() { released <- holder.Release(rctx) }()
+			time.Sleep(30 * time.Millisecond) // the release is held up, its candidate promised to it
+			cancel()
+			r := <-mine
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.ErrorIs(t, <-released, fencedlock.ErrUnavailable)
+			require.Zero(t, p.Released(), "the held release arrived before its client gave up")
+			awaitProxyAnswered(t, p, 1)
+
+			if queued {
+				lock := awaitAcquired(t, other)
+				assert.Greater(t, lock.Token(), holder.Token())
+				require.NoError(t, lock.Release(ctx))
+			}
+			// Nobody holds the lock and nobody waits: it is free at once.
+			assert.False(t, keyExists(t, b, l.LockKey(res)), "the release that arrived late gave the lock to the waiter that left")
+			assert.Zero(t, queuedCount(t, b, l, res), "the release that arrived late queued the waiter that left")
+			lock, err := m.TryAcquire(ctx, res, longTTL)
+			require.NoError(t, err)
+			require.NoError(t, lock.Release(ctx))
+			requireNoGoroutinesLeft(t)
+		})
+	}
+}
+
 // A release whose reply was lost, held up in the network until after its
 // candidate asked Redis and was queued behind it, hands the lock to that
 // candidate when it arrives: the candidate hears of it at once, not by

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -492,8 +493,14 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	// The Locker's next waiter for the resource, if it has one, waits
 	// for this release, which hands it the lock or queues it.
 	next := k.locker.room.Candidate(k.resource)
+	keys := k.keyArgs[:keyMarker]
+	if next.Owner != "" {
+		// The candidate's abandon marker: see leftBehind.
+		keys = append(make([]any, 0, keyMarker+1), keys...)
+		keys = append(keys, keyFor(k.locker.prefix, k.resource, "abandoned:"+next.Owner[:len(next.Owner)-1]))
+	}
 	sent := time.Now()
-	r, err := k.release(ctx, k.keyArgs[:keyMarker], "", "", next)
+	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
 	return k.finishRelease(r.held, err)
 }
@@ -572,12 +579,13 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 	l := k.locker
 	if next.Owner != "" {
 		var stays bool // next still waits, or left with a lock of its own
+		unsure := false
 		switch {
 		case err != nil && call.Unsent(err):
 			l.room.Unused(next)
 			stays = true
 		case err != nil:
-			stays = l.room.Unsure(next)
+			stays, unsure = l.room.Unsure(next), true
 		case r.owner == next.Owner:
 			stays = l.room.Granted(next, uint64(r.token), sent)
 		case r.queued:
@@ -587,7 +595,7 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 			stays = true
 		}
 		if !stays {
-			l.leftBehind(ctx, k.resource, next)
+			l.leftBehind(ctx, k.resource, next, unsure)
 		}
 	}
 	if r.owner == "" {
@@ -611,11 +619,19 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 // leftBehind undoes, in the background, what a release may have done for
 // next, a waiter of this Locker that left before it heard: it takes its
 // place out of the Redis queue, and hands on the lock it may have been
-// granted.
-func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate) {
+// granted. unsure says that the release's reply was lost: the release
+// may not have run yet, so the cleanup also sets next's abandon marker,
+// which makes the release, should it arrive later, give next nothing.
+func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate, unsure bool) {
 	k := l.lockFor(resource, next.Owner)
+	ms := next.TTL.Milliseconds()
+	var markerMS int64
+	if unsure {
+		// At most the longest time.Duration: ms came from one.
+		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
+	}
 	err := l.cleanups.Run(ctx, resource, "hand on what a release gave a waiter that left", next.Life+call.Timeout, func(ctx context.Context) error {
-		return k.withdraw(ctx, next.TTL.Milliseconds(), next.Life, 0)
+		return k.withdraw(ctx, ms, next.Life, markerMS)
 	})
 	if err != nil && !errors.Is(err, call.ErrPending) {
 		l.warn("fencedlock: a waiter left as a release handed it the lock; it may stay locked until its TTL ends", resource, "err", err)

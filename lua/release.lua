@@ -6,7 +6,8 @@
 -- KEYS[2]  the token counter
 -- KEYS[3]  the queue of waiters: its order
 -- KEYS[4]  the queue of waiters: its deadlines
--- KEYS[5]  an abandon marker, or ''
+-- KEYS[5]  with ARGV[4], the caller's abandon marker; with ARGV[6], the
+--          candidate's; absent when neither is given (never both are)
 -- ARGV[1]  the owner nonce followed by ':'; its first 16 characters are
 --          its Locker's id
 -- ARGV[2]  the resource's channels' common start: the Locker whose waiter
@@ -48,7 +49,10 @@
 -- A waiter that gives up runs it with its entry: it leaves the queue, and
 -- a lock handed to it meanwhile goes on to the next waiter. A client that
 -- lost the reply to an acquire runs it with the attempt's marker, which
--- makes the acquire script refuse any copy of the attempt still on its way.
+-- makes the acquire script refuse any copy of the attempt still on its way;
+-- and so does the cleanup of a candidate that left while the reply of the
+-- release it was promised to was lost: that release, should it arrive
+-- after the cleanup, gives the candidate nothing.
 --
 -- When the caller holds the lock, it goes to the first live waiter queued
 -- with a fresh token, as the acquire script would grant it; with nobody
@@ -403,6 +407,10 @@ elseif v then
 end
 local locker = string.sub(ARGV[1], 1, 16)
 local candidate = ARGV[6]
+if candidate ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
+  -- the candidate left, and its cleanup has run: nothing for it
+  candidate = ''
+end
 local head, owner, ttl = queue_head(KEYS[3], KEYS[4])
 local queued_head = head ~= nil
 if not head and held == HELD and candidate ~= '' then
