@@ -141,6 +141,29 @@ func TestWaiterAfterItsLockersReleaseLostItsReply(t *testing.T) {
 	requireNoGoroutinesLeft(t)
 }
 
+// A Lock left to run out without a Release holds back none of its
+// Locker's waiters once it has run out: not even after another Lock of
+// the Locker, taken in the meantime, was released.
+func TestHoldBackForgetsALockLeftToRunOut(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	const res = "left-to-run-out"
+	l := newLocker(b)
+	mustTryAcquire(t, ctx, l, res, 50*time.Millisecond) // never released
+	time.Sleep(100 * time.Millisecond)
+	second := mustTryAcquire(t, ctx, l, res, longTTL)
+	require.NoError(t, second.Release(ctx))
+
+	// The lock is free: an Acquire gets it at once.
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	lock, err := l.Acquire(actx, res, longTTL, hourRetryDelay)
+	require.NoError(t, err, "a free lock was not acquired within %v", time.Since(start))
+	assert.Less(t, time.Since(start), 200*time.Millisecond)
+	require.NoError(t, lock.Release(ctx))
+}
+
 // A release held up in the network reaches Redis only after its
 // candidate left and the cleanup of what the release might have given it
 // has run: it must give the waiter that left nothing, neither the lock

@@ -292,11 +292,11 @@ func (a afterUnlock) run(k *Lock) {
 	}
 	switch a.room {
 	case roomHold:
-		k.locker.room.Hold(k.resource, a.until)
+		k.locker.room.Hold(k.resource, k.owner.(string), a.until)
 	case roomExtend:
-		k.locker.room.Extend(k.resource, a.until)
+		k.locker.room.Extend(k.resource, k.owner.(string), a.until)
 	case roomUnhold:
-		k.locker.room.Unhold(k.resource)
+		k.locker.room.Unhold(k.resource, k.owner.(string))
 	}
 	if a.onEnd != nil {
 		a.onEnd(a.why)
