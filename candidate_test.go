@@ -140,3 +140,128 @@ func TestWaiterAfterItsLockersReleaseLostItsReply(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 	requireNoGoroutinesLeft(t)
 }
+
+// A Lock left to run out without a Release holds back none of its
+// Locker's waiters once it has run out: not even after another Lock of
+// the Locker, taken in the meantime, was released.
+func TestHoldBackForgetsALockLeftToRunOut(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	const res = "left-to-run-out"
+	l := newLocker(b)
+	mustTryAcquire(t, ctx, l, res, 50*time.Millisecond) // never released
+	time.Sleep(100 * time.Millisecond)
+	second := mustTryAcquire(t, ctx, l, res, longTTL)
+	require.NoError(t, second.Release(ctx))
+
+	// The lock is free: an Acquire gets it at once.
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	lock, err := l.Acquire(actx, res, longTTL, hourRetryDelay)
+	require.NoError(t, err, "a free lock was not acquired within %v", time.Since(start))
+	assert.Less(t, time.Since(start), 200*time.Millisecond)
+	require.NoError(t, lock.Release(ctx))
+}
+
+// A release held up in the network reaches Redis only after its
+// candidate left and the cleanup of what the release might have given it
+// has run: it must give the waiter that left nothing, neither the lock
+// nor a place in the queue.
+func TestReleaseArrivingAfterItsCandidateLeftGivesItNothing(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		name := "handed the lock"
+		if queued {
+			name = "queued behind another Locker's waiter"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			const res = "late-release"
+			p := redistest.NewProxy(t, b.Client.Options().Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+			warmProxiedClient(t, ctx, l, c, p, 2)
+			holder := mustTryAcquire(t, ctx, l, res, longTTL)
+			var other <-chan acquireResult
+			m := newLocker(b)
+			if queued {
+				other = acquireAsync(ctx, m, res, longTTL, hourRetryDelay)
+				waitUntil(t, func() bool { return queuedCount(t, b, m, res) == 1 }, "the other Locker's waiter to queue")
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			mine := acquireAsync(wctx, l, res, longTTL, hourRetryDelay)
+			waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+			const hold = 400 * time.Millisecond
+			p.HoldRequests(1, hold)
+			rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer rcancel()
+			released := make(chan error, 1)
+			go func() { released <- holder.Release(rctx) }()
+			time.Sleep(30 * time.Millisecond) // the release is held up, its candidate promised to it
+			cancel()
+			r := <-mine
+			require.ErrorIs(t, r.err, context.Canceled)
+			require.ErrorIs(t, <-released, fencedlock.ErrUnavailable)
+			require.Zero(t, p.Released(), "the held release arrived before its client gave up")
+			awaitProxyAnswered(t, p, 1)
+
+			if queued {
+				lock := awaitAcquired(t, other)
+				assert.Greater(t, lock.Token(), holder.Token())
+				require.NoError(t, lock.Release(ctx))
+			}
+			// Nobody holds the lock and nobody waits: it is free at once.
+			assert.False(t, keyExists(t, b, l.LockKey(res)), "the release that arrived late gave the lock to the waiter that left")
+			assert.Zero(t, queuedCount(t, b, l, res), "the release that arrived late queued the waiter that left")
+			lock, err := m.TryAcquire(ctx, res, longTTL)
+			require.NoError(t, err)
+			require.NoError(t, lock.Release(ctx))
+			requireNoGoroutinesLeft(t)
+		})
+	}
+}
+
+// A release whose reply was lost, held up in the network until after its
+// candidate asked Redis and was queued behind it, hands the lock to that
+// candidate when it arrives: the candidate hears of it at once, not by
+// its timer.
+func TestCandidateQueuedBeforeItsLockersLateReleaseHearsOfTheGrant(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	const res = "late-release-queued"
+	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix))
+	warmProxiedClient(t, ctx, l, c, p, 3)
+	holder := mustTryAcquire(t, ctx, l, res, longTTL)
+	mine := acquireAsync(ctx, l, res, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the waiter to wait for the release")
+
+	const hold = 500 * time.Millisecond
+	p.HoldRequests(1, hold)
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer rcancel()
+	require.ErrorIs(t, holder.Release(rctx), fencedlock.ErrUnavailable)
+	// The waiter asked Redis, was refused (the release has not run) and
+	// queued, and subscribed.
+	waitUntil(t, func() bool { return queuedCount(t, b, l, res) == 1 && grantSubscribers(t, b, l, res) == 1 }, "the waiter to queue and subscribe")
+	require.Zero(t, p.Released(), "the held release arrived before the waiter queued")
+	awaitProxyAnswered(t, p, 1)
+	arrived := time.Now()
+
+	select {
+	case r := <-mine:
+		require.NoError(t, r.err)
+		assert.Less(t, time.Since(arrived), 200*time.Millisecond)
+		assert.Greater(t, r.lock.Token(), holder.Token())
+		require.NoError(t, r.lock.Release(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the waiter did not hear of the grant the late release made (lock key %q)", keySnapshot(t, b, l.LockKey(res)))
+	}
+	requireNoGoroutinesLeft(t)
+}

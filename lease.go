@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,11 +385,11 @@ func (a afterUnlock) run(k *Lock) {
 	}
 	switch a.room {
 	case roomHold:
-		k.locker.room.Hold(k.resource, a.until)
+		k.locker.room.Hold(k.resource, k.owner.(string), a.until)
 	case roomExtend:
-		k.locker.room.Extend(k.resource, a.until)
+		k.locker.room.Extend(k.resource, k.owner.(string), a.until)
 	case roomUnhold:
-		k.locker.room.Unhold(k.resource)
+		k.locker.room.Unhold(k.resource, k.owner.(string))
 	}
 	if a.onEnd != nil {
 		a.onEnd(a.why)
@@ -616,8 +617,14 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	// The Locker's next waiter for the resource, if it has one, waits
 	// for this release, which hands it the lock or queues it.
 	next := k.locker.room.Candidate(k.resource)
+	keys := k.keyArgs[:keyMarker]
+	if next.Owner != "" {
+		// The candidate's abandon marker: see leftBehind.
+		keys = append(make([]any, 0, keyMarker+1), keys...)
+		keys = append(keys, keyFor(k.locker.prefix, k.resource, "abandoned:"+next.Owner[:len(next.Owner)-1]))
+	}
 	sent := time.Now()
-	r, err := k.release(ctx, k.keyArgs[:keyMarker], "", "", next)
+	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
 	return k.finishRelease(r.held, err)
 }
@@ -696,12 +703,13 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 	l := k.locker
 	if next.Owner != "" {
 		var stays bool // next still waits, or left with a lock of its own
+		unsure := false
 		switch {
 		case err != nil && call.Unsent(err):
 			l.room.Unused(next)
 			stays = true
 		case err != nil:
-			stays = l.room.Unsure(next)
+			stays, unsure = l.room.Unsure(next), true
 		case r.owner == next.Owner:
 			stays = l.room.Granted(next, uint64(r.token), sent)
 		case r.queued:
@@ -711,7 +719,7 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 			stays = true
 		}
 		if !stays {
-			l.leftBehind(ctx, k.resource, next)
+			l.leftBehind(ctx, k.resource, next, unsure)
 		}
 	}
 	if r.owner == "" {
@@ -719,11 +727,12 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 	}
 	switch {
 	case r.owner == next.Owner:
-	case r.told == releaseInReply:
+	case r.owner[:lockerIDLen] == l.id:
+		// A waiter of this Locker: the reply tells it, whether or not
+		// the grant was published too (see lua/release.lua).
 		l.room.Deliver(k.resource, r.owner, uint64(r.token), sent)
-	case r.told == releasePublished:
-		// The waiter's own Locker hears of it.
-	default:
+	}
+	if r.told == releaseUnpublished {
 		l.room.PubSubRefused("PUBLISH of a hand-over on "+k.chanArg.(string)+r.owner[:lockerIDLen], nil, script.ACLDocs)
 	}
 	if l.watched() {
@@ -734,11 +743,19 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 // leftBehind undoes, in the background, what a release may have done for
 // next, a waiter of this Locker that left before it heard: it takes its
 // place out of the Redis queue, and hands on the lock it may have been
-// granted.
-func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate) {
+// granted. unsure says that the release's reply was lost: the release
+// may not have run yet, so the cleanup also sets next's abandon marker,
+// which makes the release, should it arrive later, give next nothing.
+func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate, unsure bool) {
 	k := l.lockFor(resource, next.Owner)
+	ms := next.TTL.Milliseconds()
+	var markerMS int64
+	if unsure {
+		// At most the longest time.Duration: ms came from one.
+		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
+	}
 	err := l.cleanups.Run(ctx, resource, "hand on what a release gave a waiter that left", next.Life+call.Timeout, func(ctx context.Context) error {
-		return k.withdraw(ctx, next.TTL.Milliseconds(), next.Life, 0)
+		return k.withdraw(ctx, ms, next.Life, markerMS)
 	})
 	if err != nil && !errors.Is(err, call.ErrPending) {
 		l.warn("fencedlock: a waiter left as a release handed it the lock; it may stay locked until its TTL ends", resource, "err", err)
@@ -1009,7 +1026,7 @@ const (
 	releaseHeld        = 1 // HELD: the caller held the lock
 	releaseUnpublished = 0 // UNPUBLISHED: Redis refused the hand-over's message
 	releasePublished   = 1 // PUBLISHED: the hand-over's message was published
-	releaseInReply     = 2 // IN_REPLY: the hand-over went to a waiter of the caller's Locker
+	releaseInReply     = 2 // IN_REPLY: the hand-over went to the candidate, nobody being queued, and was not published
 	releaseQueued      = 1 // QUEUED: the candidate took its place at the back of the queue
 )
 

@@ -6,7 +6,8 @@
 -- KEYS[2]  the token counter
 -- KEYS[3]  the queue of waiters: its order
 -- KEYS[4]  the queue of waiters: its deadlines
--- KEYS[5]  an abandon marker, or ''
+-- KEYS[5]  with ARGV[4], the caller's abandon marker; with ARGV[6], the
+--          candidate's; absent when neither is given (never both are)
 -- ARGV[1]  the owner nonce followed by ':'; its first 16 characters are
 --          its Locker's id
 -- ARGV[2]  the resource's channels' common start: the Locker whose waiter
@@ -32,12 +33,13 @@
 --                                       with token (a digit string):
 --                                       held is HELD or NOT_HELD, as
 --                                       above; told is PUBLISHED (1) or
---                                       UNPUBLISHED (0) for a waiter of
---                                       another Locker (UNPUBLISHED: Redis
+--                                       UNPUBLISHED (0) for a waiter
+--                                       queued in Redis (UNPUBLISHED: Redis
 --                                       refused the message, the hand-over
 --                                       stands all the same), IN_REPLY (2)
---                                       for one of the caller's Locker,
---                                       which hears of it in this reply;
+--                                       for the candidate when nobody was
+--                                       queued, which hears of it in this
+--                                       reply alone;
 --                                       queued is QUEUED (1) when the
 --                                       candidate took its place at the
 --                                       back of the queue, else 0
@@ -47,18 +49,23 @@
 -- A waiter that gives up runs it with its entry: it leaves the queue, and
 -- a lock handed to it meanwhile goes on to the next waiter. A client that
 -- lost the reply to an acquire runs it with the attempt's marker, which
--- makes the acquire script refuse any copy of the attempt still on its way.
+-- makes the acquire script refuse any copy of the attempt still on its way;
+-- and so does the cleanup of a candidate that left while the reply of the
+-- release it was promised to was lost: that release, should it arrive
+-- after the cleanup, gives the candidate nothing.
 --
 -- When the caller holds the lock, it goes to the first live waiter queued
 -- with a fresh token, as the acquire script would grant it; with nobody
 -- queued, to the candidate, which the caller's Locker holds back from
 -- Redis while the lock is its own. The candidate takes its place at the
 -- back of the queue when another waiter gets the lock: processes take
--- turns, and the candidate makes no attempt of its own. The waiter of
--- another Locker hears of its grant by "<owner nonce>:<token>" published
--- on that Locker's channel alone; so it does, too, when the lock is free
--- (a waiter gives up, or a holder releases late). A counter that cannot
--- grant a token hands nothing on: the waiter's own attempt reports it.
+-- turns, and the candidate makes no attempt of its own. A waiter queued
+-- in Redis hears of its grant by "<owner nonce>:<token>" published on its
+-- Locker's channel alone, even a waiter of the caller's Locker: the reply
+-- may be lost, and then the caller's Locker hears of it no other way; so
+-- it does, too, when the lock is free (a waiter gives up, or a holder
+-- releases late). A counter that cannot grant a token hands nothing on:
+-- the waiter's own attempt reports it.
 local HELD, NOT_HELD = 1, 0
 local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
 local QUEUED = 1
@@ -400,6 +407,10 @@ elseif v then
 end
 local locker = string.sub(ARGV[1], 1, 16)
 local candidate = ARGV[6]
+if candidate ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
+  -- the candidate left, and its cleanup has run: nothing for it
+  candidate = ''
+end
 local head, owner, ttl = queue_head(KEYS[3], KEYS[4])
 local queued_head = head ~= nil
 if not head and held == HELD and candidate ~= '' then
@@ -414,7 +425,7 @@ if head and owner then
       dequeue(KEYS[3], KEYS[4], head)
     end
     local told = IN_REPLY
-    if string.sub(owner, 1, 16) ~= locker then
+    if queued_head or string.sub(owner, 1, 16) ~= locker then
       told = UNPUBLISHED
       if publish(ARGV[2] .. string.sub(owner, 1, 16), owner .. t, ARGV[8]) then
         told = PUBLISHED

@@ -151,8 +151,8 @@ func TestHoldBack(t *testing.T) {
 	assert.Equal(t, attempt, do, "nothing holds the resource")
 
 	until := time.Now().Add(time.Hour)
-	r.Hold("res", until)
-	r.Hold("other", until)
+	r.Hold("res", "a", until)
+	r.Hold("other", "a", until)
 	at, do := step(false)
 	assert.Equal(t, hold, do)
 	assert.Equal(t, until, at, "the waiter must look again once the Lock has run out")
@@ -162,10 +162,10 @@ func TestHoldBack(t *testing.T) {
 	assert.Equal(t, attempt, do, "the timer must try all the same")
 
 	later := until.Add(time.Hour)
-	r.Extend("res", later)
+	r.Extend("res", "a", later)
 	at, _ = step(false)
 	assert.Equal(t, later, at, "a refresh extends the hold")
-	r.Extend("res", until)
+	r.Extend("res", "a", until)
 	at, _ = step(false)
 	assert.Equal(t, later, at, "an older refresh shortened the hold")
 
@@ -174,29 +174,48 @@ func TestHoldBack(t *testing.T) {
 	assert.Equal(t, attempt, do, "a waiter queued in Redis must renew its place")
 	st.refused = time.Time{}
 
+	r.Extend("res", "b", later.Add(time.Hour))
+	at, _ = step(false)
+	assert.Equal(t, later, at, "a refresh of a Lock never held extended the hold")
+
 	// Two Locks: the waiter asks once the last one ends.
-	r.Hold("res", until)
-	r.Unhold("res")
+	r.Hold("res", "b", until)
+	r.Unhold("res", "a")
 	_, do = step(false)
 	assert.Equal(t, hold, do, "one of two Locks ended")
 	select {
 	case <-w.wake:
 	default:
 	}
-	r.Unhold("res")
+	r.Unhold("res", "b")
 	assert.Len(t, w.wake, 1, "the end of the last Lock did not wake the waiter")
 	_, do = step(false)
 	assert.Equal(t, attempt, do)
-	r.Unhold("res") // a Lock forgotten already: nothing to count
+	r.Unhold("res", "b") // a Lock forgotten already: nothing to count
 
 	// A Lock that ran out unless refreshed holds nothing back.
-	r.Hold("res", time.Now().Add(-time.Millisecond))
+	r.Hold("res", "a", time.Now().Add(-time.Millisecond))
 	_, do = step(false)
 	assert.Equal(t, attempt, do, "a Lock that ran out held the waiter back")
 
+	// A Lock that ran out, never released, holds nothing back once
+	// another Lock taken since has ended; and its late end does not end
+	// the hold of another.
+	r.Hold("res", "a", time.Now().Add(20*time.Millisecond))
+	time.Sleep(30 * time.Millisecond)
+	r.Hold("res", "b", until)
+	r.Unhold("res", "b")
+	_, do = step(false)
+	assert.Equal(t, attempt, do, "a Lock that ran out, never released, held the waiter back after another ended")
+	r.Hold("res", "c", until)
+	r.Unhold("res", "a")
+	_, do = step(false)
+	assert.Equal(t, hold, do, "the late end of a Lock that ran out ended the hold of another")
+	r.Unhold("res", "c")
+
 	// Locks never released are dropped as more are held.
 	for i := 0; i < 3*minSweep; i++ {
-		r.Hold("gone-"+string(rune('a'+i%26))+string(rune('a'+i/26)), time.Now().Add(-time.Millisecond))
+		r.Hold("gone-"+string(rune('a'+i%26))+string(rune('a'+i/26)), "a", time.Now().Add(-time.Millisecond))
 	}
 	r.mu.Lock()
 	n := len(r.holding)

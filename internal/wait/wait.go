@@ -352,7 +352,7 @@ type Room struct {
 
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
-	holding     map[string]holding     // what Locks of this Locker hold (see Room.Hold)
+	holding     map[string]*holding    // what Locks of this Locker hold (see Room.Hold)
 	sweepAt     int                    // the size of holding at which Hold next drops what ran out
 	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
 	pubsub      kind                   // learnt by probe
@@ -539,33 +539,42 @@ func (r *Room) resolve(c Candidate, apply func(*waiter)) bool {
 	return true
 }
 
-// Hold records that a Lock of this Locker holds resource, until at most
-// until by the local clock unless a refresh extends it (Extend): while one
-// does, the first waiter for resource makes no attempt in Redis, where it
-// would be refused, and the Lock's release hands it the lock, or queues
-// it. Unhold records the Lock's end; a Lock that never ends (nobody
-// released it) is forgotten once until passes.
-func (r *Room) Hold(resource string, until time.Time) {
+// Hold records that a Lock of this Locker, whose owner nonce is owner,
+// holds resource, until at most until by the local clock unless a refresh
+// extends it (Extend): while one does, the first waiter for resource makes
+// no attempt in Redis, where it would be refused, and the Lock's release
+// hands it the lock, or queues it. Unhold records the Lock's end; a Lock
+// that never ends (nobody released it) is forgotten once its own until
+// passes, whatever other Locks of the resource do.
+func (r *Room) Hold(resource, owner string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.holding == nil {
-		r.holding = make(map[string]holding)
+		r.holding = make(map[string]*holding)
 	}
+	now := time.Now()
 	if len(r.holding) >= r.sweepAt {
-		now := time.Now()
 		for res, h := range r.holding {
-			if !now.Before(h.until) {
+			if h.prune(now).IsZero() {
 				delete(r.holding, res)
 			}
 		}
 		r.sweepAt = max(minSweep, 2*len(r.holding))
 	}
 	h := r.holding[resource]
-	h.locks++
-	if until.After(h.until) {
-		h.until = until
+	if h == nil {
+		h = &holding{}
+		h.locks = h.one[:0]
+		r.holding[resource] = h
 	}
-	r.holding[resource] = h
+	h.prune(now)
+	if i := h.find(owner); i >= 0 {
+		if until.After(h.locks[i].until) {
+			h.locks[i].until = until
+		}
+		return
+	}
+	h.locks = append(h.locks, heldBy{owner: owner, until: until})
 }
 
 // minSweep is the fewest resources Room.holding holds before Hold drops
@@ -575,32 +584,72 @@ const minSweep = 64
 // holding is what a Room knows of the Locks of its Locker that hold a
 // resource.
 type holding struct {
-	locks int       // how many
-	until time.Time // when the last of them runs out, unless refreshed
+	locks []heldBy  // each until it runs out, unless refreshed
+	one   [1]heldBy // the backing of locks while it holds one
 }
 
-// Extend records that a refresh of a Lock that Hold counted keeps
-// resource until until at most.
-func (r *Room) Extend(resource string, until time.Time) {
+// heldBy is one Lock that holds a resource: its owner nonce, and when it
+// runs out unless refreshed.
+type heldBy struct {
+	owner string
+	until time.Time
+}
+
+// prune drops the Locks of h that have run out by now, and returns when
+// the last of the others runs out; zero when none is left.
+func (h *holding) prune(now time.Time) time.Time {
+	var last time.Time
+	kept := h.locks[:0]
+	for _, l := range h.locks {
+		if now.Before(l.until) {
+			kept = append(kept, l)
+			if l.until.After(last) {
+				last = l.until
+			}
+		}
+	}
+	clear(h.locks[len(kept):])
+	h.locks = kept
+	return last
+}
+
+// find returns the index of owner's Lock in h, or -1.
+func (h *holding) find(owner string) int {
+	for i, l := range h.locks {
+		if l.owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+// Extend records that a refresh of owner's Lock, which Hold counted,
+// keeps resource until until at most.
+func (r *Room) Extend(resource, owner string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h, ok := r.holding[resource]; ok && until.After(h.until) {
-		h.until = until
-		r.holding[resource] = h
+	if h := r.holding[resource]; h != nil {
+		if i := h.find(owner); i >= 0 && until.After(h.locks[i].until) {
+			h.locks[i].until = until
+		}
 	}
 }
 
-// Unhold records the end of a Lock that Hold counted; when none holds the
-// resource any longer, the first waiter asks Redis again.
-func (r *Room) Unhold(resource string) {
+// Unhold records the end of owner's Lock, which Hold counted; when none
+// holds the resource any longer, the first waiter asks Redis again.
+func (r *Room) Unhold(resource, owner string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.holding[resource]
 	if !ok {
 		return
 	}
-	if h.locks--; h.locks > 0 {
-		r.holding[resource] = h
+	if i := h.find(owner); i >= 0 {
+		last := len(h.locks) - 1
+		h.locks[i], h.locks[last] = h.locks[last], heldBy{}
+		h.locks = h.locks[:last]
+	}
+	if !h.prune(time.Now()).IsZero() {
 		return
 	}
 	delete(r.holding, resource)
@@ -616,11 +665,11 @@ func (r *Room) heldUntil(resource string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	if !time.Now().Before(h.until) {
+	until := h.prune(time.Now())
+	if until.IsZero() {
 		delete(r.holding, resource)
-		return time.Time{}
 	}
-	return h.until
+	return until
 }
 
 // first returns the first waiter for resource, or nil. The Room's mu is
