@@ -113,10 +113,9 @@ func failoverOptions(u *url.URL, hosts []string, master string) (*redis.Failover
 	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
 	q.Del("sentinel_username")
 	q.Del("sentinel_password")
-	bare := *u
-	bare.User = nil
-	bare.RawQuery = q.Encode()
-	o, err := redis.ParseFailoverURL(withAddrs(&bare, hosts[1:]).String())
+	rest := *u
+	rest.RawQuery = q.Encode()
+	o, err := redis.ParseFailoverURL(withAddrs(&rest, hosts[1:]).String())
 	if err != nil {
 		return nil, err
 	}

@@ -83,7 +83,8 @@ func TestRunExitStatus(t *testing.T) {
 	}{
 		{"CMD's status", []string{"run", "own", "--", "sh", "-c", "exit 3"}, 3, "", "own"},
 		{"CMD succeeds", []string{"run", "own", "--", "true"}, 0, "", "own"},
-		{"held", []string{"run", "held", "--", "touch", "ran"}, exitHeld, "lock not acquired", "held"},
+		// One attempt, not a wait: it would last the hour.
+		{"held", []string{"run", "-redis-timeout", "1h", "held", "--", "touch", "ran"}, exitHeld, "lock not acquired", "held"},
 		{"held past -wait", []string{"run", "-wait", "300ms", "held", "--", "touch", "ran"}, exitHeld, "gave up after -wait 300ms", "held"},
 		{"Redis unreachable", []string{"run", "-redis", "redis://" + closedAddr(t), "own", "--", "touch", "ran"}, exitUnavailable, "backend unavailable", "own"},
 		{"Redis unreachable with -wait", []string{"run", "-wait", "2s", "-redis", "redis://" + closedAddr(t), "own", "--", "touch", "ran"}, exitUnavailable, "backend unavailable", "own"},
@@ -116,6 +117,24 @@ func TestRunExitStatus(t *testing.T) {
 			e.noLockLeft(tc.resource)
 		})
 	}
+}
+
+// A lock found gone only by the release after CMD exited (its key
+// deleted, as a flush or a failover would, between two heartbeats) is
+// reported as lost: exit 1, whatever CMD's status.
+func TestRunLockGoneWhenCMDExits(t *testing.T) {
+	e := newEnv(t)
+	p := e.start([]string{"run", "-ttl", "1m", "gone", "--", "sh", "-c", waitForFile, "sh", "go"})
+	waitUntil(t, "CMD to start", func() bool { return lineCount(e, "tokens") == 1 })
+	if err := e.b.Client.Del(context.Background(), e.b.Prefix+":{gone}:lock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.touch("go")
+	if code := p.wait(); code != exitFailure {
+		t.Errorf("status %d, want %d", code, exitFailure)
+	}
+	oneLine(t, p.errText(), "lost before CMD exited with status 0", "lock lost", `"gone"`)
+	e.noLockLeft("gone")
 }
 
 // With -leader, CMD runs as the leader of the election named RESOURCE,
@@ -205,7 +224,7 @@ func TestRunSignals(t *testing.T) {
 	t.Run("while waiting", func(t *testing.T) {
 		e := newEnv(t)
 		held := e.hold("busy")
-		p := e.start([]string{"run", "-wait", "20s", "busy", "--", "touch", "ran"})
+		p := e.start([]string{"run", "-wait", "1h", "busy", "--", "touch", "ran"})
 		waitUntil(t, "the run to wait in the queue", func() bool { return e.inspect("busy").Waiters == 1 })
 		p.signal(syscall.SIGTERM)
 		if code := p.wait(); code != exitSignal+15 {
