@@ -171,8 +171,15 @@ func (e *env) start(args []string, extraEnv ...string) *proc {
 // startRaw is start without the prefix.
 func (e *env) startRaw(args []string, extraEnv ...string) *proc {
 	e.t.Helper()
+	return e.launch(exec.Command(bin, args...), extraEnv...)
+}
+
+// launch starts cmd, fencedlock or a program that executes it, as
+// startRaw does.
+func (e *env) launch(cmd *exec.Cmd, extraEnv ...string) *proc {
+	e.t.Helper()
 	name := fmt.Sprintf("%s/p%d", e.dir, time.Now().UnixNano())
-	p := &proc{t: e.t, cmd: exec.Command(bin, args...), stdout: name + ".out", stderr: name + ".err", exited: make(chan struct{})}
+	p := &proc{t: e.t, cmd: cmd, stdout: name + ".out", stderr: name + ".err", exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), envRedisURL+"="+e.url)
 	if raceEnabled && os.Getenv("GORACE") == "" {
 		// A race-enabled program waits a second at a clean exit for
@@ -228,7 +235,7 @@ func (p *proc) wait() int {
 	case <-time.After(waitLimit):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
-		p.t.Fatalf("fencedlock %q did not exit within %v; stderr: %s", p.cmd.Args[1:], waitLimit, p.errText())
+		p.t.Fatalf("%q did not exit within %v; stderr: %s", p.cmd.Args, waitLimit, p.errText())
 	}
 	return p.cmd.ProcessState.ExitCode()
 }

@@ -13,9 +13,11 @@ import (
 // CMD, or to stop waiting for the lock.
 var handledSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
-// notifySignals returns a channel of the handled signals, but for those
-// fencedlock was started with ignored: they stay ignored, for fencedlock
-// and for CMD (as nohup and a shell's & leave them).
+// notifySignals returns a channel of the handled signals. SIGHUP and
+// SIGINT, when fencedlock was started with them ignored (by nohup, by a
+// shell's &), are left out: they stay ignored, for fencedlock and for
+// CMD. (The Go runtime keeps only those two ignored: signal.Ignored
+// reports false for another.)
 func notifySignals() (chan os.Signal, func()) {
 	ch := make(chan os.Signal, 8)
 	var sigs []os.Signal

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencedlock/fencedlock"
 )
@@ -71,4 +73,33 @@ func TestRunStoppedPastTTLLosesTheLock(t *testing.T) {
 		t.Errorf("the store holds %q with token %d (%v); want B's write, token %d", value, token, err, tokenB)
 	}
 	e.noLockLeft("stale")
+}
+
+// SIGHUP and SIGINT that fencedlock was started with ignored, as nohup
+// and a script's & start it, stay ignored: for fencedlock, which runs on
+// when it gets them, and for CMD.
+func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
+	e := newEnv(t)
+	script := `grep SigIgn /proc/self/status > sigign; while [ ! -e go ]; do sleep 0.02; done`
+	p := e.launch(exec.Command("sh", "-c", `trap '' HUP INT; exec "$0" "$@"`,
+		bin, "run", "-prefix", e.b.Prefix, "ignored", "--", "sh", "-c", script))
+	waitUntil(t, "CMD to start", func() bool { return strings.HasSuffix(e.read("sigign"), "\n") })
+	p.signal(syscall.SIGHUP)
+	p.signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond) // time for the signals to act, if they did
+	if !p.running() {
+		t.Fatalf("fencedlock exited on an ignored signal: status %d, stderr %q", p.wait(), p.errText())
+	}
+	e.touch("go")
+	if code := p.wait(); code != 0 {
+		t.Errorf("status %d, stderr %q", code, p.errText())
+	}
+	mask, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(e.read("sigign"), "SigIgn:")), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hupInt := uint64(1)<<(syscall.SIGHUP-1) | 1<<(syscall.SIGINT-1); mask&hupInt != hupInt {
+		t.Errorf("CMD's ignored signals %#x; want SIGHUP and SIGINT among them", mask)
+	}
+	e.noLockLeft("ignored")
 }
