@@ -168,17 +168,6 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 	return lock, nil
 }
 
-// configure returns cfg with opts applied. (Apart from acquire, so that a
-// call without options does not move cfg to the heap.)
-func configure(cfg acquireConfig, opts []AcquireOption) acquireConfig {
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
-	return cfg
-}
-
 // contender is what the waiting room asks of the lock a waiter waits for
 // (see wait.Contender).
 type contender struct {
