@@ -222,3 +222,30 @@ func TestHoldBack(t *testing.T) {
 	r.mu.Unlock()
 	assert.LessOrEqual(t, n, 2*minSweep, "Locks that ran out are kept for ever")
 }
+
+// The end of the Locker's last Lock on a resource wakes its first waiter
+// only if that waiter was held back: one that a release already queued in
+// Redis waits for its grant, and a wake-up would only make it poll.
+func TestUnholdWakesOnlyAWaiterHeldBack(t *testing.T) {
+	r := New(nil, Log{})
+	w := newWaiter("w:")
+	q, _ := r.join("res", "ch", w)
+	var st state
+	until := time.Now().Add(time.Hour)
+
+	r.Hold("res", "a:", until)
+	_, _, do := r.next(q, w, &st, false)
+	require.Equal(t, hold, do)
+	r.Unhold("res", "a:")
+	assert.Len(t, w.wake, 1, "the waiter held back was not woken")
+	<-w.wake
+
+	r.Hold("res", "b:", until)
+	c := r.Candidate("res")
+	require.True(t, r.Queued(c, 5, time.Now()))
+	<-w.wake // the release's outcome
+	_, _, do = r.next(q, w, &st, false)
+	require.Equal(t, queued, do)
+	r.Unhold("res", "b:")
+	assert.Empty(t, w.wake, "a waiter the release queued was woken: it would poll")
+}

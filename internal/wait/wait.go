@@ -636,7 +636,8 @@ func (r *Room) Extend(resource, owner string, until time.Time) {
 }
 
 // Unhold records the end of owner's Lock, which Hold counted; when none
-// holds the resource any longer, the first waiter asks Redis again.
+// holds the resource any longer, the first waiter, if it was held back,
+// asks Redis again.
 func (r *Room) Unhold(resource, owner string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -653,7 +654,9 @@ func (r *Room) Unhold(resource, owner string) {
 		return
 	}
 	delete(r.holding, resource)
-	if w := r.first(resource); w != nil {
+	// Only a waiter held back asks Redis again: one that has a place
+	// there already (the release queued it) would only poll.
+	if w := r.first(resource); w != nil && w.heldBack {
 		w.nudge()
 	}
 }
@@ -707,6 +710,7 @@ type waiter struct {
 	unsure    bool      // this Locker's release may have granted or queued it: its reply was lost
 	promised  bool      // a release of this Locker was given it as its candidate (see Room.Candidate)
 	early     uint64    // a grant heard of while promised, before the release's outcome was known
+	heldBack  bool      // its last step was to wait while a Lock of its Locker holds the lock
 	attempt   bool      // it is sending an attempt
 	gone      bool      // it left its queue
 	won       bool      // it left with the lock
@@ -821,6 +825,7 @@ func (r *Room) next(q *queue, w *waiter, st *state, fired bool) (time.Time, uint
 		// hold.
 		w.unsure, st.lost = false, true
 	}
+	w.heldBack = false
 	if !w.queuedAt.IsZero() {
 		at := w.queuedAt
 		w.queuedAt = time.Time{}
@@ -837,7 +842,7 @@ func (r *Room) next(q *queue, w *waiter, st *state, fired bool) (time.Time, uint
 		// refreshed, at the latest), should that Lock never be released,
 		// or be gone from Redis unknown to it.
 		if until := r.heldUntil(q.resource); !until.IsZero() {
-			q.heard = true
+			q.heard, w.heldBack = true, true
 			return until, 0, hold
 		}
 	}
