@@ -948,9 +948,11 @@ func (k *Lock) expire() {
 		k.mu.Unlock()
 		return
 	}
-	ttl := k.ttl
+	// Ended here, under the same k.mu as the check: a Refresh that
+	// succeeds after the check cannot be overruled by it.
+	after := k.ranOutLocked()
 	k.mu.Unlock()
-	k.ranOut(ranOutWhy(ttl, nil))
+	after.run(k)
 }
 
 // lostErr is the error of a Lock lost for the reason why.
