@@ -258,7 +258,9 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.retune(ttl)
+	prev := k.until
 	k.base, k.until = sent, sent.Add(certainFor(ttl))
+	k.nearerLocked(prev)
 	_, after := k.stepLocked(evRenewed, nil)
 	k.mu.Unlock()
 	after.run(k)
@@ -272,7 +274,9 @@ func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	k.retune(ttl)
 	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
+		prev := k.until
 		k.until = end
+		k.nearerLocked(prev)
 	}
 	_, after := k.stepLocked(evRefreshUnknown, nil)
 	k.mu.Unlock()
@@ -924,6 +928,17 @@ func (k *Lock) armExpiryLocked() {
 	k.expiry.Reset(d)
 }
 
+// nearerLocked moves the expiry timer, if one is armed, to k.until when
+// that came nearer than prev, where it was armed for: a Refresh for a
+// shorter TTL, successful or with an unknown outcome, brings the lease's
+// end nearer (a later end needs nothing: expire waits again). k.mu is
+// held.
+func (k *Lock) nearerLocked(prev time.Time) {
+	if k.expiry != nil && !k.state.ended() && k.until.Before(prev) {
+		k.expiry.Reset(time.Until(k.until))
+	}
+}
+
 // expire is the function of the expiry timer: it ends the Lock as lost,
 // unless a Refresh has moved its lease on, when it waits again.
 func (k *Lock) expire() {
@@ -933,9 +948,11 @@ func (k *Lock) expire() {
 		k.mu.Unlock()
 		return
 	}
-	ttl := k.ttl
+	// Ended here, under the same k.mu as the check: a Refresh that
+	// succeeds after the check cannot be overruled by it.
+	after := k.ranOutLocked()
 	k.mu.Unlock()
-	k.ranOut(ranOutWhy(ttl, nil))
+	after.run(k)
 }
 
 // lostErr is the error of a Lock lost for the reason why.

@@ -213,6 +213,21 @@ func TestLeaseExpiryTimer(t *testing.T) {
 		r.requireEnded(t, ErrLockLost)
 		assert.Contains(t, r.k.Err().Error(), "the TTL ran out")
 	})
+	t.Run("a Refresh for a shorter TTL with no known outcome brings it nearer", func(t *testing.T) {
+		r := newEndRecorder(t, time.Minute, false) // watched, by onEnded
+		done := r.k.Done()                         // asked for before, as a caller would
+		sent := time.Now()
+		r.k.unknown(sent, 60*time.Millisecond) // it may have run: the key may expire at sent+60ms
+		_, _, until := r.k.lease()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the Lock did not end at the lease the Refresh may have shortened")
+		}
+		assert.False(t, time.Now().Before(until), "ended %v before its lease ran out", time.Until(until))
+		require.ErrorIs(t, r.k.Err(), ErrLockLost)
+		assert.Contains(t, r.k.Err().Error(), "the TTL ran out")
+	})
 	t.Run("none when nobody watches", func(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // nothing is sent
 		t.Cleanup(func() { c.Close() })

@@ -326,5 +326,20 @@ func TestLockEndsWhenItsLeaseRunsOut(t *testing.T) {
 			assert.GreaterOrEqual(t, time.Since(refreshed), ttl-ttl/20)
 			requireRanOut(t, lock.Err())
 		})
+
+		t.Run("a Refresh for a shorter TTL brings it nearer", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "shortened", 20*ttl)
+			done := lock.Done()
+			refreshed := time.Now()
+			require.NoError(t, lock.Refresh(ctx, ttl))
+			select {
+			case <-done:
+			case <-time.After(5 * ttl):
+				// Redis has let the key expire long ago: Done must say so.
+				t.Fatalf("Done not closed %v after a Refresh for %v; Err: %v", time.Since(refreshed), ttl, lock.Err())
+			}
+			assert.GreaterOrEqual(t, time.Since(refreshed), ttl-ttl/20)
+			requireRanOut(t, lock.Err())
+		})
 	})
 }
