@@ -130,11 +130,13 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	section := textSection(out, "targets:")
-	// uncontended and uncontended-ctx 2 each (CPU, allocations),
-	// uncontended-paired 2 (cycle, CPU), uncontended-paired-ctx 3 (and
-	// request ctx / Background), 1proc-8g and 4proc-2g 4 each (CPU, busy,
-	// wait p99, wait max), 8proc-4g and 1proc-32g 3 each (no wait max).
-	const wantTargets = 23
+	// uncontended, uncontended-ctx and uncontended-ctx-heeding 2 each
+	// (CPU, allocations), uncontended-paired 2 (cycle, CPU),
+	// uncontended-paired-ctx and uncontended-paired-ctx-heeding 3 each
+	// (and request ctx / Background), 1proc-8g and 4proc-2g 4 each (CPU,
+	// busy, wait p99, wait max), 8proc-4g and 1proc-32g 3 each (no wait
+	// max).
+	const wantTargets = 28
 	if len(section) != 1+wantTargets {
 		t.Fatalf("targets table has %d lines, want %d in:\n%s", len(section), 1+wantTargets, out)
 	}
