@@ -84,6 +84,13 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 		if err := k.Release(ctx); err != nil && k.Err() == nil {
 			return err
 		}
+		if errors.Is(k.Err(), ErrLockLost) {
+			// Ended as lost, by Redis or by its lease's end on the local
+			// clock, in which case Release sent nothing: the grant may
+			// still be in Redis. The release script deletes it only if
+			// it is still this owner's.
+			return k.withdraw(ctx, ttl.Milliseconds(), 0, 0)
+		}
 		return nil
 	})
 	return call.Report(err, "releasing the grant", "it may stay locked until its TTL ends", cerr)
