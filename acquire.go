@@ -29,7 +29,43 @@ type acquireConfig struct {
 	minDelay, maxDelay time.Duration
 	heartbeat          time.Duration
 	beat               bool
+	call               observe.Call // what the events of the acquire name as its call
 }
+
+// newAcquireConfig returns the configuration of an Acquire with opts.
+func newAcquireConfig(opts []AcquireOption) acquireConfig {
+	if len(opts) == 0 {
+		// No option can take the address of cfg: it stays on the stack.
+		return acquireConfig{minDelay: defaultMinRetryDelay, maxDelay: defaultMaxRetryDelay, call: observe.CallAcquire}
+	}
+	cfg := acquireConfig{minDelay: defaultMinRetryDelay, maxDelay: defaultMaxRetryDelay, call: observe.CallAcquire}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	return cfg
+}
+
+// WithCall names the call that Acquire makes, in the events the Locker's
+// Observer gets (observe.Event's Call; fencedotel's fencedlock.call
+// attribute): for a package that acquires locks for a call of its own, as
+// package election's Campaign does with observe.CallCampaign, so that its
+// long waits are told apart from those of ordinary locks. The default is
+// observe.CallAcquire (observe.CallDo for Do's acquire); observe.CallNone
+// and observe.CallTry are taken as observe.CallAcquire. It changes nothing
+// else.
+func WithCall(c observe.Call) AcquireOption {
+	return func(cfg *acquireConfig) {
+		if c == observe.CallNone || c == observe.CallTry {
+			c = observe.CallAcquire
+		}
+		cfg.call = c
+	}
+}
+
+// asDo is Do's option for its acquire: its events name Do as the call.
+var asDo AcquireOption = func(cfg *acquireConfig) { cfg.call = observe.CallDo }
 
 // Default bounds of the fallback wait of Acquire (see WithRetryDelay).
 const (
@@ -72,29 +108,24 @@ func WithRetryDelay(minDelay, maxDelay time.Duration) AcquireOption {
 // confirmed it. How waiting works is in
 // https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md.
 func (l *Locker) Acquire(ctx context.Context, resource string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	cfg := newAcquireConfig(opts)
 	if l == nil || !l.watched() {
-		return l.acquire(ctx, resource, ttl, opts)
+		return l.acquire(ctx, resource, ttl, &cfg)
 	}
 	start := time.Now()
-	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Resource: resource, TTL: ttl})
-	lock, err := l.acquire(ctx, resource, ttl, opts)
-	l.acquireEnd(ctx, start, resource, ttl, lock, err)
+	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Call: cfg.call, Resource: resource, TTL: ttl})
+	lock, err := l.acquire(ctx, resource, ttl, &cfg)
+	l.acquireEnd(ctx, start, cfg.call, resource, ttl, lock, err)
 	return lock, err
 }
 
-func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration, opts []AcquireOption) (*Lock, error) {
+func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration, cfg *acquireConfig) (*Lock, error) {
 	if err := l.check(resource); err != nil {
 		return nil, err
 	}
 	ms, err := ttlMillis(ttl)
 	if err != nil {
 		return nil, err
-	}
-	cfg := acquireConfig{minDelay: defaultMinRetryDelay, maxDelay: defaultMaxRetryDelay}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
 	}
 	cfg.minDelay = max(cfg.minDelay, time.Millisecond)
 	cfg.maxDelay = max(cfg.maxDelay, cfg.minDelay)
@@ -115,10 +146,16 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 		Resource: resource, Channel: lock.channel, Owner: lock.owner.(string),
 		TTL: time.Duration(ms) * time.Millisecond, Delays: wait.Delays{Min: cfg.minDelay, Max: cfg.maxDelay},
 	}
-	token, base, err := l.room.Wait(ctx, req, &contender{l: l, lock: lock, ms: ms})
+	lock.contender = contender{l: l, lock: lock, ms: ms, call: cfg.call}
+	c := &lock.contender
+	token, base, err := l.room.Wait(ctx, req, c)
+	if !c.waitStart.IsZero() {
+		l.emit(ctx, observe.Event{Kind: observe.WaitEnd, Call: cfg.call, Resource: resource, TTL: req.TTL, Duration: time.Since(c.waitStart)})
+	}
 	if err != nil {
 		return nil, err
 	}
+	lock.call = cfg.call
 	lock.grant(Token(token), base, req.TTL)
 	if l.replicas != nil {
 		if err := l.replicate(ctx, lock, req.TTL); err != nil {
@@ -134,9 +171,11 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 // contender is what the waiting room asks of the lock a waiter waits for
 // (see wait.Contender).
 type contender struct {
-	l    *Locker
-	lock *Lock
-	ms   int64 // the TTL asked for, in milliseconds
+	l         *Locker
+	lock      *Lock
+	ms        int64        // the TTL asked for, in milliseconds
+	call      observe.Call // the call that acquires
+	waitStart time.Time    // when the wait began, reported (see Refused); zero until then
 }
 
 func (c *contender) Attempt(ctx context.Context, life time.Duration) (wait.Answer, error) {
@@ -167,8 +206,16 @@ func (c *contender) GiveUp(ctx context.Context, place time.Duration, lost, lastL
 	return c.l.giveUp(ctx, c.lock, c.ms, place, lost, lastLost, err)
 }
 
+// Refused is told that the waiter waits: it logs that once, and reports
+// it (observe.WaitStart) when the Locker is watched.
 func (c *contender) Refused(ctx context.Context) {
-	c.l.logWaiting(ctx, c.lock.resource, time.Duration(c.ms)*time.Millisecond)
+	if !c.waitStart.IsZero() || !c.l.watched() {
+		return
+	}
+	ttl := time.Duration(c.ms) * time.Millisecond
+	c.waitStart = time.Now()
+	c.l.logWaiting(ctx, c.lock.resource, ttl)
+	c.l.emit(ctx, observe.Event{Kind: observe.WaitStart, Call: c.call, Resource: c.lock.resource, TTL: ttl})
 }
 
 // withCtx is the error of an acquire that failed: when ctx ended, it
@@ -205,9 +252,9 @@ func (l *Locker) TryAcquire(ctx context.Context, resource string, ttl time.Durat
 		return l.tryAcquire(ctx, resource, ttl)
 	}
 	start := time.Now()
-	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Resource: resource, TTL: ttl})
+	ctx = l.emit(ctx, observe.Event{Kind: observe.AcquireStart, Call: observe.CallTry, Resource: resource, TTL: ttl})
 	lock, err := l.tryAcquire(ctx, resource, ttl)
-	l.acquireEnd(ctx, start, resource, ttl, lock, err)
+	l.acquireEnd(ctx, start, observe.CallTry, resource, ttl, lock, err)
 	return lock, err
 }
 
@@ -237,6 +284,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	if !a.Granted {
 		return nil, fmt.Errorf("%w: %s is held by another owner or promised to a waiter", ErrNotAcquired, names.Quote(resource))
 	}
+	lock.call = observe.CallTry
 	lock.grant(Token(a.Token), sent, ttl)
 	if l.replicas != nil {
 		if err := l.replicate(ctx, lock, ttl); err != nil {
@@ -252,13 +300,11 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 // queue lasts without another attempt. Its error is redisErr's, or says
 // that the reply could not be read; it cleans up nothing: see giveUp.
 func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (wait.Answer, error) {
-	var lifeArg any = ""
+	a := acquireCall{lock: lock, ms: l.ttlArgs.box(ms), life: ""}
 	if life > 0 {
-		lifeArg = life.Milliseconds()
+		a.life = l.lifeArgs.box(life.Milliseconds())
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return acquireScript.Run(ctx, l.client, lock.keyArgs[:], lock.owner, ms, lifeArg, l.idleArg).Slice()
-	})
+	res, err := call.BoundedOn(ctx, l.heeds, a, runAcquire)
 	if err != nil {
 		return wait.Answer{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 	}
@@ -270,6 +316,21 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 		return wait.Answer{}, fmt.Errorf("fencedlock: acquire %s: %w", names.Quote(lock.resource), err)
 	}
 	return wait.Answer{Granted: r.status == acquireGranted, Token: uint64(r.token), Wait: r.wait, Floor: uint64(r.floor)}, nil
+}
+
+// acquireCall is what an attempt sends besides the Lock's keys and owner:
+// the TTL and the life of a waiter's place in milliseconds ("" for a
+// single attempt), boxed.
+type acquireCall struct {
+	lock     *Lock
+	ms, life any
+}
+
+// runAcquire runs the acquire script for a, one round trip (see
+// call.BoundedOn).
+func runAcquire(ctx context.Context, a acquireCall) ([]any, error) {
+	k := a.lock
+	return acquireScript.Run(ctx, k.locker.client, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Slice()
 }
 
 // The statuses of acquire.lua's replies, named as in the script.

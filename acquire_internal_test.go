@@ -43,7 +43,7 @@ func TestLateGrantMessageIsNotTrusted(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the waiter to be refused")
 	// The message of a grant to this waiter made before its refused
 	// attempt, delivered now.
-	l.room.Deliver("r", owner, uint64(old.Token()))
+	l.room.Deliver("r", owner, uint64(old.Token()), time.Time{})
 	select {
 	case r := <-done:
 		t.Fatalf("Acquire returned on a late grant message: %v, %v", r.lock, r.err)

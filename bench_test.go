@@ -48,6 +48,22 @@ func BenchmarkAcquireReleaseWithDeadline(b *testing.B) {
 	})
 }
 
+// BenchmarkAcquireReleaseWithDeadlineHeeding is
+// BenchmarkAcquireReleaseWithDeadline with a client made with
+// ContextTimeoutEnabled, which ends round trips at ctx's deadline itself:
+// they then run on the caller's goroutine, as under
+// context.Background().
+func BenchmarkAcquireReleaseWithDeadlineHeeding(b *testing.B) {
+	be := redistest.Real(b)
+	heeding := redis.NewClient(&redis.Options{Addr: be.Client.Options().Addr, ContextTimeoutEnabled: true})
+	defer heeding.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	benchLoop(b, ctx, be.Client, fencedlock.New(heeding, fencedlock.WithPrefix(be.Prefix)), func(ctx context.Context, l *fencedlock.Locker) (*fencedlock.Lock, error) {
+		return l.TryAcquire(ctx, "bench", 10*time.Second)
+	})
+}
+
 // BenchmarkAcquireReleaseObserved is BenchmarkAcquireRelease without an
 // observer, with one that does nothing, and with a logger that drops
 // every record (slog.LevelError): what WithObserver and WithLogger cost
@@ -76,6 +92,12 @@ func benchCycle(b *testing.B, acquire func(context.Context, *fencedlock.Locker) 
 func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error), opts ...fencedlock.Option) {
 	be := redistest.Real(b)
 	locker := fencedlock.New(be.Client, append([]fencedlock.Option{fencedlock.WithPrefix(be.Prefix)}, opts...)...)
+	benchLoop(b, ctx, be.Client, locker, acquire)
+}
+
+// benchLoop runs acquire and Release on locker b.N times, and reports
+// what the Redis behind admin counted.
+func benchLoop(b *testing.B, ctx context.Context, admin *redis.Client, locker *fencedlock.Locker, acquire func(context.Context, *fencedlock.Locker) (*fencedlock.Lock, error)) {
 	lock, err := acquire(ctx, locker) // loads the scripts
 	if err != nil {
 		b.Fatal(err)
@@ -83,7 +105,7 @@ func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Conte
 	if err := lock.Release(ctx); err != nil {
 		b.Fatal(err)
 	}
-	before := benchRedisCounters(b, be.Client)
+	before := benchRedisCounters(b, admin)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -96,7 +118,7 @@ func benchCycleCtx(b *testing.B, ctx context.Context, acquire func(context.Conte
 		}
 	}
 	b.StopTimer()
-	after := benchRedisCounters(b, be.Client)
+	after := benchRedisCounters(b, admin)
 	// The second INFO is one command more.
 	b.ReportMetric((after.commands-before.commands-1)/float64(b.N), "redis-cmds/op")
 	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "redis-cpu-µs/op")

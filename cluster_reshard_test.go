@@ -107,7 +107,7 @@ func (h *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name := strings.ToLower(cmd.Name()); (name == "eval" || name == "evalsha") && !redis.HasErrorPrefix(err, "NOSCRIPT") {
 			release := false
 			for _, a := range cmd.Args() {
-				if s, ok := a.(string); ok && strings.HasSuffix(s, ":grants") {
+				if s, ok := a.(string); ok && strings.HasSuffix(s, ":grants:") {
 					release = true
 				}
 			}

@@ -54,7 +54,9 @@
 //     liveness.
 //   - A heartbeat ([WithHeartbeat]) extends the TTL while the holder works
 //     and tells the holder when the lock is gone ([Lock.Done], [Lock.Err]).
-//     It is efficiency. A paused holder misses its heartbeat too.
+//     It is efficiency. A paused holder misses its heartbeat too. With or
+//     without one, a Lock ends lost once its lease ran out by the local
+//     clock.
 //   - Fencing, the token on every write and the store's check of it, is
 //     what keeps a stale holder's writes out.
 //
@@ -198,8 +200,10 @@
 // Observing:
 //
 //   - [WithLogger]: log what no caller hears of, through log/slog.
-//   - [WithObserver], [ObserveStore]: report acquires, releases, losses,
-//     store writes and fences to an Observer of package
-//     [github.com/fencedlock/fencedlock/observe], for metrics and traces
-//     (module fencedotel).
+//   - [WithObserver], [ObserveStore]: report acquires, waits, releases,
+//     losses, failed heartbeat refreshes, store writes and fences to an
+//     Observer of package [github.com/fencedlock/fencedlock/observe], for
+//     metrics and traces (module fencedotel).
+//   - [WithCall]: name the call an Acquire makes for the Observer (package
+//     election's Campaign does).
 package fencedlock

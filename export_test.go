@@ -28,6 +28,10 @@ func (l *Locker) IssuedRecordKey(lockKey string) string {
 // heard the answer to a refused attempt.
 func (l *Locker) WaiterRefused(resource string) bool { return l.room.FirstRefused(resource) }
 
+// WaiterHeldBack reports whether the first of l's waiters for resource
+// waits, without an attempt in Redis, for the release of a Lock of l.
+func (l *Locker) WaiterHeldBack(resource string) bool { return l.room.FirstHeldBack(resource) }
+
 // LockKey returns the key of resource's lock.
 func (l *Locker) LockKey(resource string) string { return l.key(resource, "lock") }
 
@@ -58,4 +62,10 @@ func (l *Locker) KeptIssuedGrants() int {
 	l.issued.mu.Lock()
 	defer l.issued.mu.Unlock()
 	return len(l.issued.grants)
+}
+
+// GrantsChannel returns the channel on which l's waiters for resource
+// hear of the grants that other Lockers' releases hand them.
+func (l *Locker) GrantsChannel(resource string) string {
+	return l.lockFor(resource, l.id+":").channel
 }

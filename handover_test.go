@@ -21,7 +21,8 @@ import (
 
 // A waiter is woken by the release that hands it the lock, within
 // milliseconds, without polling: in the same Locker (the release's reply
-// carries the grant) and in another one (the grant is published).
+// carries the grant, and the waiter sends no attempt at all) and in
+// another one (the grant is published on the waiter's Locker's channel).
 func TestWaiterWakesOnRelease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, sameLocker := range []bool{true, false} {
@@ -44,9 +45,15 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 				holder := mustTryAcquire(t, ctx, holderLocker, "wake", longTTL)
 				before := counter.count()
 				done := acquireAsync(ctx, waiterLocker, "wake", longTTL, hourRetryDelay)
-				waitUntil(t, func() bool {
-					return queuedCount(t, b, waiterLocker, "wake") == 1 && grantSubscribers(t, b, waiterLocker, "wake") >= 1
-				}, "the waiter to queue and subscribe")
+				if sameLocker {
+					waitUntil(t, func() bool { return waiterLocker.WaiterHeldBack("wake") }, "the waiter to wait for the release")
+					assert.Zero(t, queuedCount(t, b, waiterLocker, "wake"), "the waiter queued in Redis")
+				} else {
+					waitUntil(t, func() bool {
+						return queuedCount(t, b, waiterLocker, "wake") == 1 && grantSubscribers(t, b, waiterLocker, "wake") == 1
+					}, "the waiter to queue and subscribe")
+					assert.Zero(t, grantSubscribers(t, b, holderLocker, "wake"), "the holder's Locker subscribed")
+				}
 				requireStillWaiting(t, done)
 
 				released := time.Now()
@@ -59,9 +66,15 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 				v, _ := getKey(t, b, waiterLocker.LockKey("wake"))
 				assert.True(t, strings.HasSuffix(v, ":"+lock.Token().String()), "lock key %q is not the waiter's grant", v)
 				assert.Zero(t, queuedCount(t, b, waiterLocker, "wake"))
-				// The first attempt queued it; one more once subscribed;
-				// the release handed it the lock: no polling.
-				assert.LessOrEqual(t, counter.count()-before, 2, "the waiter polled")
+				if sameLocker {
+					// The release handed it the lock in its reply.
+					assert.Zero(t, counter.count()-before, "the waiter sent attempts")
+				} else {
+					// The first attempt queued it; one more once
+					// subscribed; the release handed it the lock: no
+					// polling.
+					assert.LessOrEqual(t, counter.count()-before, 2, "the waiter polled")
+				}
 				left, err := lock.TTL(ctx)
 				require.NoError(t, err)
 				assert.Greater(t, left, longTTL-5*time.Second, "the handed-on lock did not get the waiter's TTL")
@@ -126,7 +139,7 @@ func TestFirstWaiterGivingUpHandsAFreeLockOn(t *testing.T) {
 		waitUntil(t, func() bool { return queuedCount(t, b, first, "crashed") == 1 }, "the first waiter to queue")
 		secondDone := acquireAsync(ctx, second, "crashed", longTTL, hourRetryDelay)
 		waitUntil(t, func() bool {
-			return queuedCount(t, b, first, "crashed") == 2 && grantSubscribers(t, b, first, "crashed") == 2
+			return queuedCount(t, b, first, "crashed") == 2 && grantSubscribers(t, b, first, "crashed") == 1 && grantSubscribers(t, b, second, "crashed") == 1
 		}, "the second waiter to queue and subscribe")
 		time.Sleep(20 * time.Millisecond)
 		// The holder crashed: its key expires (deleted here, as a real
@@ -181,12 +194,13 @@ func TestReleaseWithDoneContextHandsNothingOver(t *testing.T) {
 		l := newLocker(b)
 		holder := mustTryAcquire(t, ctx, l, "done-ctx", longTTL)
 		done := acquireAsync(ctx, l, "done-ctx", longTTL, hourRetryDelay)
-		awaitQueued(t, b, l, "done-ctx")
+		waitUntil(t, func() bool { return l.WaiterHeldBack("done-ctx") }, "the waiter to wait for the release")
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 		assert.ErrorIs(t, holder.Release(cancelled), context.Canceled)
 		requireStillWaiting(t, done)
-		assert.Equal(t, int64(1), queuedCount(t, b, l, "done-ctx"))
+		assert.True(t, l.WaiterHeldBack("done-ctx"), "the waiter stopped waiting for the release")
+		assert.Equal(t, holder.Token(), heldToken(t, b, l, "done-ctx"))
 		require.NoError(t, holder.Release(ctx))
 		lock := awaitAcquired(t, done)
 		assert.Greater(t, lock.Token(), holder.Token())

@@ -107,7 +107,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		}
 		sent := time.Now()
 		if !sent.Before(deadline) {
-			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v", ttl))
+			k.ranOut(ranOutWhy(ttl, nil))
 			return
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
@@ -123,15 +123,22 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.lost("refresh found the lock gone or taken")
 			return
 		case !time.Now().Before(deadline):
-			k.ranOut(fmt.Sprintf("no refresh succeeded within the TTL of %v: %v", ttl, err))
+			k.refreshFailed(ttl, err)
+			k.ranOut(ranOutWhy(ttl, err))
 			return
 		default:
 			k.unknown(sent, ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
-			if l := k.locker; l.watched() {
-				l.emit(ctx, observe.Event{Kind: observe.RefreshFailed, Resource: k.resource, Token: uint64(k.token), TTL: ttl, Err: err})
-			}
+			k.refreshFailed(ttl, err)
 		}
+	}
+}
+
+// refreshFailed reports a failed refresh of the heartbeat, for ttl, that
+// did not find the lock gone (see observe.RefreshFailed).
+func (k *Lock) refreshFailed(ttl time.Duration, err error) {
+	if l := k.locker; l.watched() {
+		l.emit(k.eventCtx(), observe.Event{Kind: observe.RefreshFailed, Resource: k.resource, Token: uint64(k.token), TTL: ttl, Err: err})
 	}
 }
 
@@ -156,7 +163,7 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 	if fn == nil {
 		return invalidArg("nil fn")
 	}
-	lock, err := l.Acquire(ctx, resource, ttl, WithHeartbeat(0))
+	lock, err := l.Acquire(ctx, resource, ttl, WithHeartbeat(0), asDo)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func isAcquireScript(cmd redis.Cmder, tokenKey string) bool {
 	named := false
 	for _, a := range cmd.Args() {
 		if s, ok := a.(string); ok {
-			if strings.HasSuffix(s, ":grants") {
+			if strings.HasSuffix(s, ":grants:") {
 				return false
 			}
 			named = named || s == tokenKey

@@ -330,9 +330,10 @@ func channelSubscribers(t *testing.T, c redis.UniversalClient, l *fencedlock.Loc
 	return n
 }
 
-// grantsChannel returns the channel on which resource's grants are published.
+// grantsChannel returns the channel on which l's waiters for resource
+// hear of the grants other Lockers hand them.
 func grantsChannel(l *fencedlock.Locker, resource string) string {
-	return strings.TrimSuffix(l.LockKey(resource), "lock") + "grants"
+	return l.GrantsChannel(resource)
 }
 
 // pollUntil checks cond every 2ms until it holds or d has passed, and

@@ -321,8 +321,11 @@ func TestIdleExpiryOfACounterAheadAfterAHandOver(t *testing.T) {
 	l := newLocker(b) // DefaultIdleExpiry: a day
 	const ttl = time.Second
 	holder := mustTryAcquire(t, ctx, l, "queue", ttl)
-	waiter := acquireAsync(ctx, l, "queue", ttl, hourRetryDelay)
-	awaitQueued(t, b, l, "queue")
+	// A waiter of another Locker, which queues in Redis at once (one of
+	// l's own would be held back until the holder's release).
+	other := newLocker(b)
+	waiter := acquireAsync(ctx, other, "queue", ttl, hourRetryDelay)
+	awaitQueued(t, b, other, "queue")
 	require.NoError(t, holder.Release(ctx))
 	next := awaitAcquired(t, waiter)
 	require.Equal(t, holder.Token()+1, next.Token(), "handed over in the same microsecond")

@@ -48,7 +48,7 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
 	lockKey := keyFor(l.prefix, resource, "lock")
 	counterKey := keyFor(l.prefix, resource, "token")
 	deadlines := keyFor(l.prefix, resource, "deadlines")
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
 		return inspectScript.Run(ctx, l.client, script.Keys(lockKey, counterKey, deadlines)).Slice()
 	})
 	if err != nil {

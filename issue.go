@@ -53,7 +53,7 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
 	keys := script.Keys(lockKey, counter, record)
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
 		return issueScript.Run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
@@ -326,7 +326,7 @@ func (l *Locker) keepIssuedKeys(tick time.Duration) {
 func (l *Locker) checkIssued(batch []dueGrant) {
 	ctx, cancel := context.WithTimeout(context.Background(), issuedKeepTimeout)
 	defer cancel()
-	cmds, err := call.Bounded(ctx, func(ctx context.Context) ([]*redis.Cmd, error) {
+	cmds, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]*redis.Cmd, error) {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, g := range batch {

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +24,11 @@ import (
 //
 // A Lock is held until Release releases it or it is found lost: a Refresh,
 // Release or TTL call, or the heartbeat (see WithHeartbeat), finds the key
-// gone or another owner's, or the heartbeat could not refresh the lock
-// before its TTL ran out. Done and Err report which. Once a Lock is no
-// longer held, its methods send nothing more to Redis.
+// gone or another owner's, or its lease ran out by the local clock: no
+// Refresh (the heartbeat's or the caller's) succeeded within its TTL, less
+// a twentieth, since the last grant or refresh was sent. Done and Err
+// report which. Once a Lock is no longer held, its methods send nothing
+// more to Redis.
 //
 // Get a Lock from a Locker. The methods of a nil or zero Lock return
 // errors wrapping ErrInvalidArgument (Resource and Token return zero
@@ -36,9 +40,9 @@ type Lock struct {
 	resource string
 	keys     [5]string // lock, token counter, queue, queue deadlines, abandon marker of the acquire attempt
 	keyArgs  [5]any    // keys, boxed once for script arguments
-	channel  string    // where releases that hand the lock on publish
-	chanArg  any       // channel, boxed once for script arguments
-	owner    any       // 128-bit random nonce in hex and ':', the start of the lock key's value; boxed once for script arguments
+	channel  string    // where releases that hand the lock to a waiter of this Locker publish
+	chanArg  any       // the start of the resource's channels, which the Locker's id ends, boxed once for script arguments
+	owner    any       // the Locker's id and 64 random bits in hex, and ':': the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
 	mu        sync.Mutex         // guards the fields below
@@ -53,37 +57,84 @@ type Lock struct {
 	done      chan struct{}      // made on demand; closed when the Lock ends
 	stop      context.CancelFunc // stops the heartbeat, if one was started
 	kick      chan struct{}      // tells the heartbeat that the TTL changed
-	expiry    *time.Timer        // ends the Lock at its lease once a failed Release stopped its heartbeat; nil until then
+	expiry    *time.Timer        // ends the Lock at its lease while someone watches and no heartbeat runs (see armExpiryLocked); nil until then
 	onEnd     func(error)        // called once when the Lock ends
 	announced bool               // the acquire's success was reported (see WithObserver): so is the end
+	inRoom    bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
+	evCtx     context.Context    // the ctx of the Lock's later events: the observer's, from its AcquireEnd; nil until announced
+	call      observe.Call       // the call that acquired the Lock, for its events; set before it is shared
+
+	contender contender // what its Acquire's waiting room asks of it
 }
 
-// newLock returns an ungranted Lock on resource with a fresh random
-// 128-bit owner nonce, hex-encoded and followed by ':', the separator
-// between the nonce and the token in the lock key's value.
+// newLock returns an ungranted Lock on resource with a fresh owner nonce:
+// the Locker's id and 64 random bits, 32 hex digits, followed by ':', the
+// separator between the nonce and the token in the lock key's value.
 func (l *Locker) newLock(resource string) (*Lock, error) {
-	var b [16]byte
+	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("fencedlock: reading random owner nonce: %w", err)
 	}
-	var hexed [len(b)*2 + 1]byte
+	var hexed [len(b) * 2]byte
 	hex.Encode(hexed[:], b[:])
-	hexed[len(hexed)-1] = ':'
-	owner := string(hexed[:])
-	nonce := owner[:len(owner)-1]
-	k := &Lock{locker: l, resource: resource, owner: owner}
-	// One allocation for all the names: the keys are slices of it.
-	base := keyFor(l.prefix, resource, "")
-	all := base + "lock" + base + "token" + base + "queue" + base + "deadlines" + base + "abandoned:" + nonce + base + "grants"
-	for i, n := range [...]int{len("lock"), len("token"), len("queue"), len("deadlines"), len("abandoned:") + len(nonce)} {
-		k.keys[i], all = all[:len(base)+n], all[len(base)+n:]
+	return l.lock(resource, l.id, hexed[:]), nil
+}
+
+// lockFor returns an ungranted Lock on resource for owner, an owner nonce
+// and its ':'.
+func (l *Locker) lockFor(resource, owner string) *Lock {
+	return l.lock(resource, owner[:len(owner)-1], nil)
+}
+
+// lock returns an ungranted Lock on resource whose owner nonce is start
+// followed by rest. Its names (keys, owner, channels) are slices of one
+// string, made in one allocation.
+func (l *Locker) lock(resource, start string, rest []byte) *Lock {
+	k := &Lock{locker: l, resource: resource}
+	var b strings.Builder
+	base := func() {
+		if l.prefix != "" {
+			b.WriteString(l.prefix)
+			b.WriteByte(':')
+		}
+		b.WriteByte('{')
+		b.WriteString(resource)
+		b.WriteString("}:")
 	}
-	k.channel = all
-	for i, key := range k.keys {
-		k.keyArgs[i] = key
+	nonce := len(start) + len(rest)
+	baseLen := len(l.prefix) + len(resource) + 3
+	if l.prefix == "" {
+		baseLen--
 	}
-	k.chanArg = k.channel
-	return k, nil
+	kinds := [...]string{"lock", "token", "queue", "deadlines", "abandoned:"}
+	b.Grow(7*baseLen + len("lockqueuetokendeadlinesabandoned:grants:") + 2*nonce + 1 + len(l.id))
+	var ends [len(kinds)]int
+	for i, kind := range kinds {
+		base()
+		b.WriteString(kind)
+		ends[i] = b.Len()
+	}
+	b.WriteString(start) // the marker's nonce, then the owner: the nonce and ':'
+	b.Write(rest)
+	ends[keyMarker] = b.Len()
+	b.WriteString(start)
+	b.Write(rest)
+	b.WriteByte(':')
+	ownerEnd := b.Len()
+	base()
+	b.WriteString("grants:")
+	chanArgEnd := b.Len()
+	b.WriteString(l.id)
+	all := b.String()
+	from := 0
+	for i, end := range ends {
+		k.keys[i], from = all[from:end], end
+		k.keyArgs[i] = k.keys[i]
+	}
+	k.owner = all[from:ownerEnd]
+	k.channel = all[ownerEnd:]
+	k.chanArg = all[ownerEnd:chanArgEnd]
+	return k
 }
 
 // Indexes into Lock.keys.
@@ -120,34 +171,69 @@ func (k *Lock) Token() Token {
 }
 
 // Done returns a channel that is closed once the Lock is no longer held:
-// released by Release, or found lost. Err tells which. Without a
-// heartbeat, loss is found only by a call to Refresh, Release or TTL.
+// released by Release, or found lost. Err tells which. It is closed when
+// the lease runs out by the local clock, with or without a heartbeat;
+// without one, a key that Redis lost before then (deleted, or lost in a
+// failover) is found only by a call to Refresh, Release or TTL.
 func (k *Lock) Done() <-chan struct{} {
 	if k.check() != nil {
 		return closedChan
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.done == nil {
-		if k.state.ended() {
-			return closedChan
+	after := k.ranOutLocked()
+	ch := k.done
+	if ch == nil {
+		ch = closedChan
+		if !k.state.ended() {
+			k.done = make(chan struct{})
+			ch = k.done
+			var watched afterUnlock
+			_, watched = k.stepLocked(evWatched, nil)
+			after = after.and(watched)
 		}
-		k.done = make(chan struct{})
 	}
-	return k.done
+	k.mu.Unlock()
+	after.run(k)
+	return ch
 }
 
 // Err returns nil while the Lock is held, ErrReleased once Release has
-// released it, and an error wrapping ErrLockLost once it was found lost.
-// A Lock that Release released never reports ErrLockLost, even when a
-// Refresh or the heartbeat raced the Release.
+// released it, and an error wrapping ErrLockLost once it was found lost:
+// when its lease ran out by the local clock, the error says "the TTL ran
+// out". A Lock that Release released never reports ErrLockLost, even when
+// a Refresh or the heartbeat raced the Release.
 func (k *Lock) Err() error {
 	if err := k.check(); err != nil {
 		return err
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.err
+	after := k.ranOutLocked()
+	err := k.err
+	k.mu.Unlock()
+	after.run(k)
+	return err
+}
+
+// ranOutLocked ends the Lock as lost (evRanOut) when its lease has run
+// out by the local clock: k.until has passed. That is how a Lock that
+// nobody watches, and so has no expiry timer, finds it: at its next call.
+// k.mu is held; the caller runs the afterUnlock it returns.
+func (k *Lock) ranOutLocked() afterUnlock {
+	if k.state.ended() || k.until.IsZero() || time.Now().Before(k.until) {
+		return afterUnlock{}
+	}
+	_, after := k.stepLocked(evRanOut, k.lostErr(ranOutWhy(k.ttl, nil)))
+	return after
+}
+
+// ranOutWhy is why a Lock whose lease of ttl ran out is lost, with err,
+// the last refresh's error, if any.
+func ranOutWhy(ttl time.Duration, err error) string {
+	why := "the TTL ran out: no refresh succeeded within the TTL of " + ttl.String() + " by the local clock"
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	return why
 }
 
 // grant records that Redis granted the Lock, with token, for ttl, the
@@ -172,7 +258,9 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.retune(ttl)
+	prev := k.until
 	k.base, k.until = sent, sent.Add(certainFor(ttl))
+	k.nearerLocked(prev)
 	_, after := k.stepLocked(evRenewed, nil)
 	k.mu.Unlock()
 	after.run(k)
@@ -186,7 +274,9 @@ func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	k.retune(ttl)
 	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
+		prev := k.until
 		k.until = end
+		k.nearerLocked(prev)
 	}
 	_, after := k.stepLocked(evRefreshUnknown, nil)
 	k.mu.Unlock()
@@ -218,7 +308,7 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 		k.releasing = make(chan struct{})
 	}
 	if do&doStopHeartbeat != 0 {
-		after.stop = k.stop
+		after.stop, k.stop = k.stop, nil
 	}
 	if do&doKeepLoss != 0 {
 		k.pending = why
@@ -240,6 +330,19 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 		}
 		after.why, after.onEnd, after.report = why, k.onEnd, k.announced
 	}
+	// The Locker's waiters for the resource wait for this Lock's release,
+	// without asking Redis, while it holds the lock for sure (see
+	// wait.Room.Hold).
+	certain := k.token != 0 && (next == leaseHeld || next == leaseReleasing)
+	switch {
+	case certain && !k.inRoom:
+		after.room, after.until = roomHold, k.base.Add(k.ttl)
+	case certain && e == evRenewed:
+		after.room, after.until = roomExtend, k.base.Add(k.ttl)
+	case !certain && k.inRoom:
+		after.room = roomUnhold
+	}
+	k.inRoom = certain
 	return do, after
 }
 
@@ -249,6 +352,33 @@ type afterUnlock struct {
 	onEnd  func(error)        // to call with why
 	report bool               // report the end (see WithObserver)
 	why    error              // the reason the Lock ended
+	room   roomOp             // what to tell the Locker's waiters
+	until  time.Time          // for roomHold and roomExtend: when the lock runs out unless refreshed
+}
+
+// roomOp is what a transition of a Lock tells the waiters of its Locker.
+type roomOp uint8
+
+const (
+	roomNone   roomOp = iota
+	roomHold          // the Lock holds the lock for sure (wait.Room.Hold)
+	roomExtend        // a refresh kept it (wait.Room.Extend)
+	roomUnhold        // it no longer holds it for sure (wait.Room.Unhold)
+)
+
+// and returns what a and b leave to do, for two transitions in a row; the
+// second may end the Lock only if the first did not.
+func (a afterUnlock) and(b afterUnlock) afterUnlock {
+	if b.stop != nil {
+		a.stop = b.stop
+	}
+	if b.why != nil {
+		a.onEnd, a.report, a.why = b.onEnd, b.report, b.why
+	}
+	if b.room != roomNone {
+		a.room, a.until = b.room, b.until
+	}
+	return a
 }
 
 // run stops the heartbeat, then tells of the end: onEnd, then the
@@ -256,6 +386,14 @@ type afterUnlock struct {
 func (a afterUnlock) run(k *Lock) {
 	if a.stop != nil {
 		a.stop()
+	}
+	switch a.room {
+	case roomHold:
+		k.locker.room.Hold(k.resource, k.owner.(string), a.until)
+	case roomExtend:
+		k.locker.room.Extend(k.resource, k.owner.(string), a.until)
+	case roomUnhold:
+		k.locker.room.Unhold(k.resource, k.owner.(string))
 	}
 	if a.onEnd != nil {
 		a.onEnd(a.why)
@@ -269,8 +407,10 @@ func (a afterUnlock) run(k *Lock) {
 // nil while it is.
 func (k *Lock) ended() error {
 	k.mu.Lock()
+	after := k.ranOutLocked()
 	err := k.err
 	k.mu.Unlock()
+	after.run(k)
 	if errors.Is(err, ErrReleased) {
 		return fmt.Errorf("%w: %s (token %d)", ErrReleased, names.Quote(k.resource), k.token)
 	}
@@ -282,24 +422,49 @@ func (k *Lock) ended() error {
 // already. It replaces an f set before.
 func (k *Lock) onEnded(f func(error)) {
 	k.mu.Lock()
+	after := k.ranOutLocked()
 	err := k.err
 	if err == nil {
 		k.onEnd = f
+		var watched afterUnlock
+		_, watched = k.stepLocked(evWatched, nil)
+		after = after.and(watched)
 	}
 	k.mu.Unlock()
+	after.run(k)
 	if err != nil {
 		f(err)
 	}
 }
 
 // announce records that the acquire of the Lock was reported (see
-// WithObserver): from then on its end is reported too. It returns the
+// WithObserver), the observer having returned ctx: from then on its
+// end is reported too, and its later events get ctx. It returns the
 // Lock's end if it has ended already, for the caller to report.
-func (k *Lock) announce() (ended error) {
+func (k *Lock) announce(ctx context.Context) (ended error) {
+	k.mu.Lock()
+	k.announced, k.evCtx = true, ctx
+	after := k.ranOutLocked()
+	if k.err == nil {
+		_, watched := k.stepLocked(evWatched, nil)
+		after = after.and(watched)
+	}
+	err := k.err
+	k.mu.Unlock()
+	after.report = false // the caller reports the end returned
+	after.run(k)
+	return err
+}
+
+// eventCtx returns the ctx of the Lock's events after its acquire (see
+// announce): the observer's, or context.Background.
+func (k *Lock) eventCtx() context.Context {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.announced = true
-	return k.err
+	if k.evCtx == nil {
+		return context.Background()
+	}
+	return k.evCtx
 }
 
 // grantedAt returns the local time before the grant was sent.
@@ -340,7 +505,8 @@ func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
 // counts as held only until the shorter of its last TTL and ttl, until a
 // Refresh succeeds. ttl must be at least one millisecond. A heartbeat goes
 // on with the new ttl. On a released Lock it returns an error wrapping
-// ErrReleased.
+// ErrReleased; once the lease ran out by the local clock (see Lock), it
+// sends nothing and returns the loss.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.check(); err != nil {
 		return err
@@ -362,6 +528,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	k.hold(sent, ttl)
+	if err := k.ended(); errors.Is(err, ErrLockLost) {
+		return err // its lease ran out, by the local clock, before the reply came
+	}
 	return nil
 }
 
@@ -382,7 +551,7 @@ func (k *Lock) certain() bool {
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+	n, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) (int64, error) {
 		return refreshScript.Run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
@@ -449,11 +618,19 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if err := k.beginRelease(ctx); err != nil {
 		return err
 	}
-	held, owner, token, err := k.release(ctx, k.keyArgs[:keyMarker], "", "")
-	if owner != "" {
-		k.handedOver(ctx, owner, token)
+	// The Locker's next waiter for the resource, if it has one, waits
+	// for this release, which hands it the lock or queues it.
+	next := k.locker.room.Candidate(k.resource)
+	keys := k.keyArgs[:keyMarker]
+	if next.Owner != "" {
+		// The candidate's abandon marker: see leftBehind.
+		keys = append(make([]any, 0, keyMarker+1), keys...)
+		keys = append(keys, keyFor(k.locker.prefix, k.resource, "abandoned:"+next.Owner[:len(next.Owner)-1]))
 	}
-	return k.finishRelease(held, err)
+	sent := time.Now()
+	r, err := k.release(ctx, keys, "", "", next)
+	k.handedOver(ctx, r, err, sent, next)
+	return k.finishRelease(r.held, err)
 }
 
 // beginRelease makes the caller the Lock's running Release, and stops the
@@ -522,35 +699,106 @@ func (k *Lock) finishRelease(held bool, err error) error {
 	return err
 }
 
-// handedOver delivers the grant that a release of k handed to owner with
-// token to its waiter, when it waits in this Locker's room, and reports
-// it.
-func (k *Lock) handedOver(ctx context.Context, owner string, token Token) {
+// handedOver tells the waiters of this Locker what a release of k, sent
+// at sent, did for them: the grant it made to one, or the place it gave
+// next, its candidate (see wait.Room.Candidate), in the Redis queue. r
+// and err are what the release returned.
+func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent time.Time, next wait.Candidate) {
 	l := k.locker
-	l.room.Deliver(k.resource, owner, uint64(token))
+	if next.Owner != "" {
+		var stays bool // next still waits, or left with a lock of its own
+		unsure := false
+		switch {
+		case err != nil && call.Unsent(err):
+			l.room.Unused(next)
+			stays = true
+		case err != nil:
+			stays, unsure = l.room.Unsure(next), true
+		case r.owner == next.Owner:
+			stays = l.room.Granted(next, uint64(r.token), sent)
+		case r.queued:
+			stays = l.room.Queued(next, uint64(r.token), sent)
+		default:
+			l.room.Unused(next)
+			stays = true
+		}
+		if !stays {
+			l.leftBehind(ctx, k.resource, next, unsure)
+		}
+	}
+	if r.owner == "" {
+		return
+	}
+	switch {
+	case r.owner == next.Owner:
+	case r.owner[:lockerIDLen] == l.id:
+		// A waiter of this Locker: the reply tells it, whether or not
+		// the grant was published too (see lua/release.lua).
+		l.room.Deliver(k.resource, r.owner, uint64(r.token), sent)
+	}
+	if r.told == releaseUnpublished {
+		l.room.PubSubRefused("PUBLISH of a hand-over on "+k.chanArg.(string)+r.owner[:lockerIDLen], nil, script.ACLDocs)
+	}
 	if l.watched() {
-		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(token)})
+		l.emit(ctx, observe.Event{Kind: observe.HandOver, Resource: k.resource, Token: uint64(r.token)})
 	}
 }
 
-// release runs the release script: see lua/release.lua. It reports
-// whether the caller held the lock, and the owner and token of the waiter
-// the lock was handed to, if any (owner is "" if none).
-func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any) (bool, string, Token, error) {
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return releaseScript.Run(ctx, k.locker.client, keys, k.owner, k.chanArg, entry, markerMS, k.locker.idleArg).Slice()
+// leftBehind undoes, in the background, what a release may have done for
+// next, a waiter of this Locker that left before it heard: it takes its
+// place out of the Redis queue, and hands on the lock it may have been
+// granted. unsure says that the release's reply was lost: the release
+// may not have run yet, so the cleanup also sets next's abandon marker,
+// which makes the release, should it arrive later, give next nothing.
+func (l *Locker) leftBehind(ctx context.Context, resource string, next wait.Candidate, unsure bool) {
+	k := l.lockFor(resource, next.Owner)
+	ms := next.TTL.Milliseconds()
+	var markerMS int64
+	if unsure {
+		// At most the longest time.Duration: ms came from one.
+		markerMS = min(ms+abandonMarkerTTL.Milliseconds(), math.MaxInt64/int64(time.Millisecond))
+	}
+	err := l.cleanups.Run(ctx, resource, "hand on what a release gave a waiter that left", next.Life+call.Timeout, func(ctx context.Context) error {
+		return k.withdraw(ctx, ms, next.Life, markerMS)
 	})
+	if err != nil && !errors.Is(err, call.ErrPending) {
+		l.warn("fencedlock: a waiter left as a release handed it the lock; it may stay locked until its TTL ends", resource, "err", err)
+	}
+}
+
+// release runs the release script (see lua/release.lua) as k's owner,
+// with next, the Locker's next waiter, as its candidate (none for a
+// waiter that gives up).
+func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS any, next wait.Candidate) (releaseReply, error) {
+	var candidate, life any = "", ""
+	if next.Owner != "" {
+		candidate = next.Owner + strconv.FormatInt(next.TTL.Milliseconds(), 10)
+		life = next.Life.Milliseconds()
+	}
+	res, err := call.BoundedOn(ctx, k.locker.heeds, releaseCall{k, keys, entry, markerMS, candidate, life}, runRelease)
 	if err != nil {
-		return false, "", 0, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
+		return releaseReply{}, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
 	r, err := decodeRelease(res)
 	if err != nil {
-		return false, "", 0, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
+		return releaseReply{}, fmt.Errorf("fencedlock: release %s: %w", names.Quote(k.resource), err)
 	}
-	if r.owner != "" && !r.published {
-		k.locker.room.PubSubRefused("PUBLISH of a hand-over on "+k.channel, nil, script.ACLDocs)
-	}
-	return r.held, r.owner, r.token, nil
+	return r, nil
+}
+
+// releaseCall is what a release sends besides the Lock's owner and
+// channels (see Lock.release).
+type releaseCall struct {
+	k                                *Lock
+	keys                             []any
+	entry, markerMS, candidate, life any
+}
+
+// runRelease runs the release script for r, one round trip (see
+// call.BoundedOn).
+func runRelease(ctx context.Context, r releaseCall) ([]any, error) {
+	k := r.k
+	return releaseScript.Run(ctx, k.locker.client, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Slice()
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -577,10 +825,9 @@ func (k *Lock) withdraw(ctx context.Context, ms int64, place time.Duration, mark
 	lapse := time.Now().Add(place)
 	pause := wait.MinReconnectPause
 	for {
-		_, owner, token, err := k.release(ctx, k.keyArgs[:], entry, marker)
-		if owner != "" {
-			k.handedOver(ctx, owner, token)
-		}
+		sent := time.Now()
+		r, err := k.release(ctx, k.keyArgs[:], entry, marker, wait.Candidate{})
+		k.handedOver(ctx, r, err, sent, wait.Candidate{})
 		if err == nil || !errors.Is(err, ErrUnavailable) || !call.NotNow(err) || call.Ended(ctx) != nil {
 			return err
 		}
@@ -612,7 +859,7 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) ([]any, error) {
 		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Slice()
 	})
 	if err != nil {
@@ -665,11 +912,12 @@ func (k *Lock) lose(e leaseEvent, why string) error {
 }
 
 // armExpiryLocked ends the Lock as lost once its lease runs out by the
-// local clock (k.until), in place of the heartbeat that a failed Release
-// stopped. A Lock that never had a heartbeat keeps finding its loss by
-// its calls. k.mu is held.
+// local clock (k.until), when someone watches its end and no heartbeat
+// runs (the heartbeat ends it then itself). A Lock that nobody watches
+// gets no timer: its calls find that its lease ran out (see
+// ranOutLocked). k.mu is held.
 func (k *Lock) armExpiryLocked() {
-	if k.stop == nil {
+	if k.stop != nil || k.done == nil && k.onEnd == nil && !k.announced {
 		return
 	}
 	d := time.Until(k.until)
@@ -678,6 +926,17 @@ func (k *Lock) armExpiryLocked() {
 		return
 	}
 	k.expiry.Reset(d)
+}
+
+// nearerLocked moves the expiry timer, if one is armed, to k.until when
+// that came nearer than prev, where it was armed for: a Refresh for a
+// shorter TTL, successful or with an unknown outcome, brings the lease's
+// end nearer (a later end needs nothing: expire waits again). k.mu is
+// held.
+func (k *Lock) nearerLocked(prev time.Time) {
+	if k.expiry != nil && !k.state.ended() && k.until.Before(prev) {
+		k.expiry.Reset(time.Until(k.until))
+	}
 }
 
 // expire is the function of the expiry timer: it ends the Lock as lost,
@@ -689,8 +948,11 @@ func (k *Lock) expire() {
 		k.mu.Unlock()
 		return
 	}
+	// Ended here, under the same k.mu as the check: a Refresh that
+	// succeeds after the check cannot be overruled by it.
+	after := k.ranOutLocked()
 	k.mu.Unlock()
-	k.ranOut("no Release or Refresh succeeded within its TTL")
+	after.run(k)
 }
 
 // lostErr is the error of a Lock lost for the reason why.
@@ -775,13 +1037,19 @@ func decodePTTL(res []any) (pttlReply, error) {
 	return pttlReply{}, fmt.Errorf("unexpected reply %v", res)
 }
 
-// The values of the two flags of release.lua's replies.
+// The values of the flags of release.lua's replies.
 const (
 	releaseNotHeld     = 0 // NOT_HELD: the caller did not hold the lock
 	releaseHeld        = 1 // HELD: the caller held the lock
 	releaseUnpublished = 0 // UNPUBLISHED: Redis refused the hand-over's message
 	releasePublished   = 1 // PUBLISHED: the hand-over's message was published
+	releaseInReply     = 2 // IN_REPLY: the hand-over went to the candidate, nobody being queued, and was not published
+	releaseQueued      = 1 // QUEUED: the candidate took its place at the back of the queue
 )
+
+// lockerIDLen is the length of a Locker's id, the start of its owner
+// nonces.
+const lockerIDLen = 16
 
 // releaseReply is a reply of release.lua, decoded.
 type releaseReply struct {
@@ -790,16 +1058,18 @@ type releaseReply struct {
 	// (nonce and ':', "" when there was none) and token.
 	owner string
 	token Token
-	// published (PUBLISHED) says that the hand-over's message was
-	// published; false for UNPUBLISHED, or when there was no hand-over.
-	published bool
+	// told is how the waiter hears of it: releasePublished,
+	// releaseUnpublished or releaseInReply.
+	told int64
+	// queued says that the candidate took its place at the back of the
+	// queue.
+	queued bool
 }
 
 // decodeRelease decodes a reply of release.lua: {held} or {held, owner,
-// token, published}, held HELD or NOT_HELD, published PUBLISHED or
-// UNPUBLISHED.
+// token, told, queued}.
 func decodeRelease(res []any) (releaseReply, error) {
-	if len(res) != 1 && len(res) != 4 {
+	if len(res) != 1 && len(res) != 5 {
 		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	var r releaseReply
@@ -815,10 +1085,13 @@ func decodeRelease(res []any) (releaseReply, error) {
 	}
 	owner, _ := res[1].(string)
 	token, err := tokenFromReply(res[2])
-	published, ok := res[3].(int64)
-	if err != nil || owner == "" || !ok || (published != releasePublished && published != releaseUnpublished) {
+	told, ok1 := res[3].(int64)
+	queued, ok2 := res[4].(int64)
+	if err != nil || len(owner) <= lockerIDLen || !ok1 || !ok2 ||
+		(told != releasePublished && told != releaseUnpublished && told != releaseInReply) ||
+		(queued != releaseQueued && queued != 0) {
 		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
 	}
-	r.owner, r.token, r.published = owner, token, published == releasePublished
+	r.owner, r.token, r.told, r.queued = owner, token, told, queued == releaseQueued
 	return r, nil
 }

@@ -194,8 +194,8 @@ func TestLeaseEndStopsTheExpiryTimer(t *testing.T) {
 
 // The expiry timer ends the Lock as lost when its lease runs out by the
 // local clock, not before: a Refresh that succeeded meanwhile moves it
-// on. A Lock without a heartbeat gets no timer: it finds its loss by its
-// calls.
+// on. A Lock that nobody watches (no Done, no onEnded, no observer) gets
+// no timer: its calls find that its lease ran out.
 func TestLeaseExpiryTimer(t *testing.T) {
 	t.Run("ends the Lock at its lease", func(t *testing.T) {
 		r := newEndRecorder(t, 60*time.Millisecond, true)
@@ -211,14 +211,42 @@ func TestLeaseExpiryTimer(t *testing.T) {
 		}
 		assert.False(t, time.Now().Before(until), "ended %v before its lease ran out", time.Until(until))
 		r.requireEnded(t, ErrLockLost)
-		assert.Contains(t, r.k.Err().Error(), "no Release or Refresh succeeded within its TTL")
+		assert.Contains(t, r.k.Err().Error(), "the TTL ran out")
 	})
-	t.Run("none without a heartbeat", func(t *testing.T) {
-		r := newEndRecorder(t, 20*time.Millisecond, false)
-		r.failRelease(t, errTimeout)
-		assert.Nil(t, r.k.expiry)
+	t.Run("a Refresh for a shorter TTL with no known outcome brings it nearer", func(t *testing.T) {
+		r := newEndRecorder(t, time.Minute, false) // watched, by onEnded
+		done := r.k.Done()                         // asked for before, as a caller would
+		sent := time.Now()
+		r.k.unknown(sent, 60*time.Millisecond) // it may have run: the key may expire at sent+60ms
+		_, _, until := r.k.lease()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the Lock did not end at the lease the Refresh may have shortened")
+		}
+		assert.False(t, time.Now().Before(until), "ended %v before its lease ran out", time.Until(until))
+		require.ErrorIs(t, r.k.Err(), ErrLockLost)
+		assert.Contains(t, r.k.Err().Error(), "the TTL ran out")
+	})
+	t.Run("none when nobody watches", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // nothing is sent
+		t.Cleanup(func() { c.Close() })
+		k, err := New(c).newLock("r")
+		require.NoError(t, err)
+		k.token = 7
+		k.hold(time.Now(), 20*time.Millisecond)
+		require.NoError(t, k.beginRelease(context.Background()))
+		assert.ErrorIs(t, k.finishRelease(false, errTimeout), errTimeout)
+		assert.Nil(t, k.expiry, "a timer armed for a Lock nobody watches")
 		time.Sleep(60 * time.Millisecond)
-		assert.NoError(t, r.k.Err())
+		k.mu.Lock()
+		state := k.state
+		k.mu.Unlock()
+		assert.Equal(t, leaseUncertain, state, "the Lock ended with nobody to see it")
+		err = k.Err()
+		require.ErrorIs(t, err, ErrLockLost, "Err did not find that the lease ran out")
+		assert.Contains(t, err.Error(), "the TTL ran out")
+		assert.Nil(t, k.expiry)
 	})
 }
 
@@ -339,9 +367,9 @@ func (h *failEvalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// A Lock released after a failed Release stopped its heartbeat leaves no
-// expiry timer armed: on Redis, for a failure that may have run and one
-// that was never sent.
+// A watched Lock released after a failed Release stopped its heartbeat
+// leaves no expiry timer armed: on Redis, for a failure that may have run
+// and one that was never sent.
 func TestReleasedAfterAFailedReleaseLeavesNoTimer(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, failure := range []error{errTimeout, redis.ErrPoolTimeout} {
@@ -353,6 +381,7 @@ func TestReleasedAfterAFailedReleaseLeavesNoTimer(t *testing.T) {
 			ctx := context.Background()
 			k, err := New(c, WithPrefix(b.Prefix)).Acquire(ctx, "timer", time.Minute, WithHeartbeat(0))
 			require.NoError(t, err)
+			k.Done() // watched: a timer takes the heartbeat's place
 			h.err.Store(&failure)
 			require.ErrorIs(t, k.Release(ctx), ErrUnavailable)
 			require.NoError(t, k.Err())

@@ -50,11 +50,12 @@ const (
 	evReleaseGone                      // the running Release found the key gone or another owner's
 	evReleaseUnknown                   // the running Release had no known outcome: it may have run
 	evReleaseUnsent                    // the running Release was never sent to Redis
+	evWatched                          // someone watches the Lock's end: Done was called, an onEnded function set, or its acquire reported to an observer
 
 	numLeaseEvents
 )
 
-var leaseEventNames = [numLeaseEvents]string{"renewed", "refresh unknown", "gone", "ran out", "release called", "released", "release gone", "release unknown", "release unsent"}
+var leaseEventNames = [numLeaseEvents]string{"renewed", "refresh unknown", "gone", "ran out", "release called", "released", "release gone", "release unknown", "release unsent", "watched"}
 
 func (e leaseEvent) String() string {
 	if e < numLeaseEvents {
@@ -72,7 +73,7 @@ const (
 	doBeginRelease                           // this Release runs now: make the channel closed when it ends
 	doStopHeartbeat                          // stop the heartbeat, if one runs
 	doKeepLoss                               // keep the event's loss for the running Release
-	doArmExpiry                              // in place of a heartbeat the Release stopped, if there was one: end the Lock when its lease runs out by the local clock
+	doArmExpiry                              // when someone watches and no heartbeat runs: end the Lock when its lease runs out by the local clock
 	doEndRelease                             // the running Release is over: close its channel, forget the kept loss
 	doStopExpiry                             // stop the timer of doArmExpiry, if armed
 	doEnd                                    // end the Lock for the event's reason: set Err, close Done, call onEnd, report the end
@@ -107,7 +108,10 @@ func (f leaseEffects) String() string {
 // e, and what the Lock must do for it. It does no I/O and takes no lock;
 // an event that does not apply to s leaves it as it is, with no effect.
 //
-// An ended Lock stays ended. A loss found while a Release runs waits for
+// An ended Lock stays ended. A Lock that someone watches while no Release
+// runs arms its expiry, which ends it when its lease runs out (unless a
+// heartbeat runs to do that); a Lock nobody watches finds that at its
+// next call. A loss found while a Release runs waits for
 // its outcome: a Release that released the lock ends it released (the loss
 // was the Release's own doing), one that failed ends it lost. A Release
 // that failed leaves the Lock held, or uncertain when it may have run,
@@ -162,6 +166,10 @@ func (s leaseState) step(e leaseEvent) (leaseState, leaseEffects) {
 			return leaseHeld, doEndRelease | doArmExpiry
 		case s.releasing():
 			return leaseUncertain, doEndRelease | doArmExpiry
+		}
+	case evWatched:
+		if s == leaseHeld || s == leaseUncertain {
+			return s, doArmExpiry
 		}
 	}
 	return s, 0

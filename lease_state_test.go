@@ -37,6 +37,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{held, evReleaseGone, held, 0},
 		{held, evReleaseUnknown, held, 0},
 		{held, evReleaseUnsent, held, 0},
+		{held, evWatched, held, doArmExpiry},
 
 		{uncertain, evRenewed, held, 0},
 		{uncertain, evRefreshUnknown, uncertain, 0},
@@ -47,6 +48,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{uncertain, evReleaseGone, uncertain, 0},
 		{uncertain, evReleaseUnknown, uncertain, 0},
 		{uncertain, evReleaseUnsent, uncertain, 0},
+		{uncertain, evWatched, uncertain, doArmExpiry},
 
 		{rel, evRenewed, rel, 0},
 		{rel, evRefreshUnknown, relUnc, 0},
@@ -57,6 +59,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{rel, evReleaseGone, lost, settled},
 		{rel, evReleaseUnknown, uncertain, failed},
 		{rel, evReleaseUnsent, held, failed},
+		{rel, evWatched, rel, 0},
 
 		{relUnc, evRenewed, rel, 0},
 		{relUnc, evRefreshUnknown, relUnc, 0},
@@ -67,6 +70,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{relUnc, evReleaseGone, lost, settled},
 		{relUnc, evReleaseUnknown, uncertain, failed},
 		{relUnc, evReleaseUnsent, uncertain, failed},
+		{relUnc, evWatched, relUnc, 0},
 
 		{relLost, evRenewed, relLost, 0},
 		{relLost, evRefreshUnknown, relLost, 0},
@@ -77,6 +81,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{relLost, evReleaseGone, lost, settled},
 		{relLost, evReleaseUnknown, lost, settled},
 		{relLost, evReleaseUnsent, lost, settled},
+		{relLost, evWatched, relLost, 0},
 
 		{released, evRenewed, released, 0},
 		{released, evRefreshUnknown, released, 0},
@@ -87,6 +92,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{released, evReleaseGone, released, 0},
 		{released, evReleaseUnknown, released, 0},
 		{released, evReleaseUnsent, released, 0},
+		{released, evWatched, released, 0},
 
 		{lost, evRenewed, lost, 0},
 		{lost, evRefreshUnknown, lost, 0},
@@ -97,6 +103,7 @@ func TestLeaseTransitions(t *testing.T) {
 		{lost, evReleaseGone, lost, 0},
 		{lost, evReleaseUnknown, lost, 0},
 		{lost, evReleaseUnsent, lost, 0},
+		{lost, evWatched, lost, 0},
 	}
 	var seen [numLeaseStates][numLeaseEvents]int
 	for _, tr := range table {
@@ -119,7 +126,8 @@ func TestLeaseTransitions(t *testing.T) {
 // stays ended; a Lock ends only with every effect of an end (so no timer
 // or heartbeat outlives it); a Release's channel is made when one begins
 // and closed when it is over; a loss is kept only when it comes during a
-// Release; an expiry is armed only when a Release failed.
+// Release; an expiry is armed only when a Release failed, or for a
+// watcher of a Lock that no Release runs on.
 func TestLeaseTransitionRules(t *testing.T) {
 	for s := leaseState(0); s < numLeaseStates; s++ {
 		for e := leaseEvent(0); e < numLeaseEvents; e++ {
@@ -139,8 +147,11 @@ func TestLeaseTransitionRules(t *testing.T) {
 			if keeps := s != leaseReleasingLost && to == leaseReleasingLost; keeps != (do&doKeepLoss != 0) {
 				t.Errorf("%v on %v: %v with %v: a loss is kept exactly when one comes during a Release", s, e, to, do)
 			}
-			if do&doArmExpiry != 0 && (e != evReleaseUnknown && e != evReleaseUnsent || to.ended() || to.releasing()) {
-				t.Errorf("%v on %v: %v with %v: only a failed Release arms the expiry", s, e, to, do)
+			if do&doArmExpiry != 0 && (e != evReleaseUnknown && e != evReleaseUnsent && e != evWatched || to.ended() || to.releasing()) {
+				t.Errorf("%v on %v: %v with %v: only a failed Release, or a watcher, arms the expiry", s, e, to, do)
+			}
+			if e == evWatched && to != s {
+				t.Errorf("%v on %v: %v: a watcher changes no state", s, e, to)
 			}
 			if do&doWait != 0 && (e != evReleaseCalled || to != s || !s.releasing()) {
 				t.Errorf("%v on %v: %v with %v: only a Release called while one runs waits", s, e, to, do)
@@ -161,7 +172,7 @@ func TestLeaseNames(t *testing.T) {
 		names[e.String()] = true
 	}
 	assert.Len(t, names, int(numLeaseEvents), "events with the same name")
-	assert.Equal(t, "leaseEvent(9)", numLeaseEvents.String())
+	assert.Equal(t, "leaseEvent(10)", numLeaseEvents.String())
 	assert.Equal(t, "none", leaseEffects(0).String())
 	assert.Equal(t, "stop heartbeat+stop expiry+end", ending.String())
 	assert.Equal(t, "wait+leaseEffects(256)", (doWait | 1<<8).String())

@@ -260,3 +260,86 @@ func TestDoneAndErr(t *testing.T) {
 	assert.True(t, isClosed(lock.Done()))
 	assert.Equal(t, fencedlock.ErrReleased, lock.Err())
 }
+
+// A Lock knows its own lease: once its TTL (less a twentieth) has passed
+// by the local clock since its grant or last successful Refresh was sent,
+// it ends as lost, with or without a heartbeat. One whose Done was asked
+// for ends on time; one that nobody watches finds it at its next call,
+// which then sends nothing. A successful Refresh moves the lease on.
+func TestLockEndsWhenItsLeaseRunsOut(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		l := newLocker(b)
+		const ttl = 200 * time.Millisecond
+		requireRanOut := func(t *testing.T, err error) {
+			t.Helper()
+			require.ErrorIs(t, err, fencedlock.ErrLockLost)
+			assert.Contains(t, err.Error(), "the TTL ran out")
+		}
+
+		t.Run("watched by Done", func(t *testing.T) {
+			start := time.Now()
+			lock := mustTryAcquire(t, ctx, l, "done", ttl)
+			done := lock.Done()
+			time.Sleep(ttl / 2)
+			require.False(t, isClosed(done), "Done closed halfway through the lease")
+			require.NoError(t, lock.Err())
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Done not closed when the lease ran out")
+			}
+			assert.GreaterOrEqual(t, time.Since(start), ttl-ttl/20, "ended before its lease ran out")
+			requireRanOut(t, lock.Err())
+			requireRanOut(t, lock.Release(ctx))
+		})
+
+		t.Run("watched by nobody", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "unwatched", ttl)
+			time.Sleep(ttl + ttl/4)
+			// Nothing ran yet: the first call finds the lease ran out.
+			requireRanOut(t, lock.Refresh(ctx, ttl))
+			requireRanOut(t, lock.Err())
+			assert.True(t, isClosed(lock.Done()))
+			requireRanOut(t, lock.Release(ctx))
+			if !b.Real {
+				// miniredis's clock stood still: the key is there, and
+				// the Release did not send its script to delete it.
+				assert.True(t, keyExists(t, b, l.LockKey("unwatched")), "a Release of a Lock whose lease ran out was sent")
+			}
+		})
+
+		t.Run("a Refresh moves it on", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "refreshed", ttl)
+			done := lock.Done()
+			time.Sleep(ttl / 2)
+			refreshed := time.Now()
+			require.NoError(t, lock.Refresh(ctx, ttl))
+			time.Sleep(ttl/2 + ttl/4) // past the first lease, within the second
+			require.False(t, isClosed(done), "ended at the lease the Refresh had moved on")
+			require.NoError(t, lock.Err())
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Done not closed when the refreshed lease ran out")
+			}
+			assert.GreaterOrEqual(t, time.Since(refreshed), ttl-ttl/20)
+			requireRanOut(t, lock.Err())
+		})
+
+		t.Run("a Refresh for a shorter TTL brings it nearer", func(t *testing.T) {
+			lock := mustTryAcquire(t, ctx, l, "shortened", 20*ttl)
+			done := lock.Done()
+			refreshed := time.Now()
+			require.NoError(t, lock.Refresh(ctx, ttl))
+			select {
+			case <-done:
+			case <-time.After(5 * ttl):
+				// Redis has let the key expire long ago: Done must say so.
+				t.Fatalf("Done not closed %v after a Refresh for %v; Err: %v", time.Since(refreshed), ttl, lock.Err())
+			}
+			assert.GreaterOrEqual(t, time.Since(refreshed), ttl-ttl/20)
+			requireRanOut(t, lock.Err())
+		})
+	})
+}

@@ -2,11 +2,14 @@ package fencedlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,16 +40,20 @@ const DefaultPrefix = "fencedlock"
 // A Locker is safe for concurrent use by multiple goroutines.
 type Locker struct {
 	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
 	replicas *replicaWait     // set by WithReplicas
 	idle     time.Duration    // set by WithIdleExpiry
 	idleArg  any              // idle in milliseconds, boxed once for the scripts
+	ttlArgs  boxedMS          // the last TTL in milliseconds an attempt sent, boxed
+	lifeArgs boxedMS          // the last life of a waiter's place an attempt sent, boxed
 	logger   *slog.Logger     // set by WithLogger
 	observer observe.Observer // set by WithObserver
 	cleanups *call.Cleanups   // the cleanups running in the background
 	room     *wait.Room       // the goroutines waiting in Acquire, and their subscription
+	id       string           // 16 random hex digits: the start of its Locks' owner nonces, and the end of its channels' names
 	issued   issuedGrants     // the grants whose tokens' keys IssueToken keeps
 }
 
@@ -73,7 +80,7 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, prefix: DefaultPrefix, idle: DefaultIdleExpiry}
+	l := &Locker{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
@@ -85,6 +92,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		log = wait.Log{Warn: l.logger.Warn, Debug: l.logger.Debug}
 	}
 	l.room = wait.New(client, log)
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (see crypto/rand.Read)
+	l.id = hex.EncodeToString(id[:])
 	l.idleArg = l.idle.Milliseconds()
 	switch {
 	case isNil(client):
@@ -267,7 +277,7 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 	if floor == 0 || floor > maxFloor {
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (any, error) {
 		return advanceScript.Run(ctx, l.client, script.Keys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
@@ -293,4 +303,24 @@ func decodeAdvance(res any, floor Token) (advanceReply, error) {
 		}
 	}
 	return advanceReply{}, fmt.Errorf("unexpected reply %v", res)
+}
+
+// boxedMS keeps the last count of milliseconds a script was sent, boxed:
+// a Locker's callers mostly ask for the same TTL, so its attempts box it
+// once, not once each.
+type boxedMS struct{ last atomic.Pointer[msArg] }
+
+type msArg struct {
+	ms  int64
+	arg any
+}
+
+// box returns ms boxed, as the last call did when it was the same.
+func (b *boxedMS) box(ms int64) any {
+	if p := b.last.Load(); p != nil && p.ms == ms {
+		return p.arg
+	}
+	p := &msArg{ms: ms, arg: ms}
+	b.last.Store(p)
+	return p.arg
 }

@@ -263,7 +263,7 @@ func (s *cleanupSpy) isCleanup(cmd redis.Cmder) bool {
 	for _, a := range cmd.Args() {
 		if str, ok := a.(string); ok {
 			marker = marker || strings.Contains(str, ":abandoned:")
-			channel = channel || strings.HasSuffix(str, ":grants")
+			channel = channel || strings.HasSuffix(str, ":grants:")
 		}
 	}
 	return marker && channel

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/observe"
 )
 
@@ -17,14 +18,23 @@ func WithObserver(o observe.Observer) Option {
 	return func(l *Locker) { l.observer = o }
 }
 
-// acquireOutcome classifies the result of TryAcquire or Acquire.
-func acquireOutcome(err error) observe.Outcome {
+// acquireOutcome classifies the result of TryAcquire or Acquire, called
+// with ctx: an error that ctx's end caused is a timeout or a cancel,
+// unless Redis was unavailable.
+func acquireOutcome(ctx context.Context, err error) observe.Outcome {
 	switch {
 	case err == nil:
 		return observe.Acquired
 	case errors.Is(err, ErrUnavailable):
 		return observe.Unavailable
-	case errors.Is(err, ErrNotAcquired):
+	}
+	if ended := call.Ended(ctx); ended != nil && errors.Is(err, ended) {
+		if errors.Is(ended, context.DeadlineExceeded) {
+			return observe.Timeout
+		}
+		return observe.Canceled
+	}
+	if errors.Is(err, ErrNotAcquired) {
 		return observe.NotAcquired
 	}
 	return observe.Failed
@@ -76,7 +86,7 @@ func (l *Locker) log(ctx context.Context, e observe.Event) {
 			level, msg = slog.LevelWarn, "fencedlock: lock lost"
 		}
 	case observe.RefreshFailed:
-		level, msg = slog.LevelWarn, "fencedlock: heartbeat refresh failed, will retry"
+		level, msg = slog.LevelWarn, "fencedlock: heartbeat refresh failed"
 	case observe.HandOver:
 		msg = "fencedlock: lock handed over"
 	default:
@@ -112,18 +122,22 @@ func (l *Locker) logWaiting(ctx context.Context, resource string, ttl time.Durat
 		slog.String("resource", resource), slog.Duration("ttl", ttl))
 }
 
-// acquireEnd reports the end of TryAcquire or Acquire, called at start.
-// From then on the end of the Lock is reported too; if it ended already
-// (its heartbeat found it lost), that is reported at once.
-func (l *Locker) acquireEnd(ctx context.Context, start time.Time, resource string, ttl time.Duration, lock *Lock, err error) {
-	e := observe.Event{Kind: observe.AcquireEnd, Resource: resource, TTL: ttl, Outcome: acquireOutcome(err), Duration: time.Since(start), Err: err}
-	var ended error
-	if lock != nil {
-		e.Token = uint64(lock.token)
-		ended = lock.announce()
+// acquireEnd reports the end of TryAcquire or Acquire (the call c),
+// called at start. From then on the end of the Lock is reported too, with
+// the ctx the observer returned; if it ended already (its heartbeat found
+// it lost), that is reported at once.
+func (l *Locker) acquireEnd(ctx context.Context, start time.Time, c observe.Call, resource string, ttl time.Duration, lock *Lock, err error) {
+	e := observe.Event{Kind: observe.AcquireEnd, Call: c, Resource: resource, TTL: ttl, Outcome: acquireOutcome(ctx, err), Duration: time.Since(start), Err: err}
+	if lock == nil {
+		l.emit(ctx, e)
+		return
 	}
-	l.emit(ctx, e)
-	if ended != nil {
+	e.Token = uint64(lock.token)
+	lctx := l.emit(ctx, e)
+	if lctx.Done() != nil {
+		lctx = context.WithoutCancel(lctx) // the Lock outlives the acquire's ctx
+	}
+	if ended := lock.announce(lctx); ended != nil {
 		lock.reportEnd(ended)
 	}
 }
@@ -134,7 +148,7 @@ func (k *Lock) reportEnd(err error) {
 	if errors.Is(err, ErrReleased) {
 		outcome = observe.Released
 	}
-	k.locker.emit(context.Background(), observe.Event{Kind: observe.LockEnd, Resource: k.resource, Token: uint64(k.token), Outcome: outcome, Duration: time.Since(k.grantedAt()), Err: err})
+	k.locker.emit(k.eventCtx(), observe.Event{Kind: observe.LockEnd, Call: k.call, Resource: k.resource, Token: uint64(k.token), Outcome: outcome, Duration: time.Since(k.grantedAt()), Err: err})
 }
 
 // ObserveStore returns a Store that passes every call to s and reports

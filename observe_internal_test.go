@@ -33,4 +33,19 @@ func TestNoObserverCostsNoAllocation(t *testing.T) {
 		t.Fatalf("TryAcquire + Release without an observer: %.1f allocations a cycle, against %.1f for their bodies", public, inner)
 	}
 	t.Logf("allocations a cycle: %.1f (bodies alone: %.1f)", public, inner)
+
+	// Acquire too, which reads its options, and so its call, first.
+	acquireBody := func(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+		cfg := newAcquireConfig(nil)
+		return l.acquire(ctx, resource, ttl, &cfg)
+	}
+	acquirePublic := func(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+		return l.Acquire(ctx, resource, ttl)
+	}
+	public = testing.AllocsPerRun(200, cycle(acquirePublic, (*Lock).Release))
+	inner = testing.AllocsPerRun(200, cycle(acquireBody, (*Lock).releaseLock))
+	if public-inner >= 0.5 {
+		t.Fatalf("Acquire + Release without an observer: %.1f allocations a cycle, against %.1f for their bodies", public, inner)
+	}
+	t.Logf("Acquire: allocations a cycle: %.1f (bodies alone: %.1f)", public, inner)
 }

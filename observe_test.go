@@ -155,8 +155,16 @@ func TestObserverAcquireOutcomes(t *testing.T) {
 	})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
-	check(observe.NotAcquired, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+	check(observe.Timeout, context.DeadlineExceeded, func() (*fencedlock.Lock, error) {
 		return l.Acquire(wctx, "held", longTTL)
+	})
+	cctx, cancelNow := context.WithCancel(ctx)
+	time.AfterFunc(30*time.Millisecond, cancelNow)
+	check(observe.Canceled, context.Canceled, func() (*fencedlock.Lock, error) {
+		return l.Acquire(cctx, "held", longTTL)
+	})
+	check(observe.Canceled, fencedlock.ErrNotAcquired, func() (*fencedlock.Lock, error) {
+		return l.TryAcquire(cctx, "held", longTTL) // ctx ended before the call
 	})
 	check(observe.Failed, fencedlock.ErrInvalidArgument, func() (*fencedlock.Lock, error) {
 		return l.TryAcquire(ctx, "", longTTL)
@@ -247,7 +255,7 @@ func TestObserverRefreshFailed(t *testing.T) {
 	assert.Equal(t, 3*time.Second, e.TTL)
 	assert.Error(t, e.Err)
 	require.NoError(t, lock.Refresh(ctx, 3*time.Second), "the lock is still held")
-	rec2 := findLogRecord(logRecords(t, logs.String()), "fencedlock: heartbeat refresh failed, will retry")
+	rec2 := findLogRecord(logRecords(t, logs.String()), "fencedlock: heartbeat refresh failed")
 	require.NotNil(t, rec2, "no Warn record in:\n%s", logs.String())
 	assert.Equal(t, "WARN", rec2["level"])
 	require.NoError(t, lock.Release(ctx))

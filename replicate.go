@@ -84,6 +84,13 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 		if err := k.Release(ctx); err != nil && k.Err() == nil {
 			return err
 		}
+		if errors.Is(k.Err(), ErrLockLost) {
+			// Ended as lost, by Redis or by its lease's end on the local
+			// clock, in which case Release sent nothing: the grant may
+			// still be in Redis. The release script deletes it only if
+			// it is still this owner's.
+			return k.withdraw(ctx, ttl.Milliseconds(), 0, 0)
+		}
 		return nil
 	})
 	return call.Report(err, "releasing the grant", "it may stay locked until its TTL ends", cerr)
@@ -98,7 +105,7 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	_, err := call.Bounded(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
 	})
 	if err != nil && errors.Is(err, ctx.Err()) {

@@ -11,6 +11,9 @@ import (
 // TestScriptRepliesDecode decodes every reply shape each script's
 // header gives, and refuses the shapes it does not: an unknown status,
 // a slot missing or of the wrong kind.
+// ownerW is an owner nonce of a waiter: a Locker id, 16 more hex digits, and ':'.
+const ownerW = "0123456789abcdef0123456789abcdef:"
+
 func TestScriptRepliesDecode(t *testing.T) {
 	for _, tc := range []struct {
 		script string
@@ -30,12 +33,17 @@ func TestScriptRepliesDecode(t *testing.T) {
 
 		{"release held", func() (any, error) { return decodeRelease([]any{int64(1)}) }, releaseReply{held: true}},
 		{"release not held", func() (any, error) { return decodeRelease([]any{int64(0)}) }, releaseReply{}},
-		{"release handed over", func() (any, error) { return decodeRelease([]any{int64(1), "w:", "43", int64(1)}) }, releaseReply{held: true, owner: "w:", token: 43, published: true}},
-		{"release handed over, unpublished", func() (any, error) { return decodeRelease([]any{int64(0), "w:", "43", int64(0)}) }, releaseReply{owner: "w:", token: 43}},
+		{"release handed over", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(1), int64(0)}) }, releaseReply{held: true, owner: ownerW, token: 43, told: releasePublished}},
+		{"release handed over, unpublished", func() (any, error) { return decodeRelease([]any{int64(0), ownerW, "43", int64(0), int64(0)}) }, releaseReply{owner: ownerW, token: 43}},
+		{"release handed over in the reply, candidate queued", func() (any, error) {
+			return decodeRelease([]any{int64(1), ownerW, "43", int64(2), int64(1)})
+		}, releaseReply{held: true, owner: ownerW, token: 43, told: releaseInReply, queued: true}},
 		{"release unknown status", func() (any, error) { return decodeRelease([]any{int64(2)}) }, nil},
-		{"release unknown publish status", func() (any, error) { return decodeRelease([]any{int64(1), "w:", "43", int64(2)}) }, nil},
-		{"release hand-over without owner", func() (any, error) { return decodeRelease([]any{int64(1), "", "43", int64(1)}) }, nil},
-		{"release three slots", func() (any, error) { return decodeRelease([]any{int64(1), "w:", "43"}) }, nil},
+		{"release unknown publish status", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(3), int64(0)}) }, nil},
+		{"release unknown queued status", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(1), int64(2)}) }, nil},
+		{"release hand-over without owner", func() (any, error) { return decodeRelease([]any{int64(1), "", "43", int64(1), int64(0)}) }, nil},
+		{"release hand-over to an owner without a Locker id", func() (any, error) { return decodeRelease([]any{int64(1), "w:", "43", int64(1), int64(0)}) }, nil},
+		{"release four slots", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(1)}) }, nil},
 
 		{"refresh held", func() (any, error) { return decodeRefresh(1) }, refreshHeld},
 		{"refresh not held", func() (any, error) { return decodeRefresh(0) }, refreshNotHeld},

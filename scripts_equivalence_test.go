@@ -24,8 +24,9 @@ var (
 	equivLocks = []string{"free", "own", "other", "wrongtype"}
 	// queue entries, first to last: own (the caller's), other (another
 	// live waiter's), dead (its deadline passed), malformed (no owner and
-	// TTL)
-	equivQueues   = []string{"", "own", "other", "dead own", "malformed other"}
+	// TTL), next (the candidate's: the next waiter of the caller's
+	// Locker)
+	equivQueues   = []string{"", "own", "other", "dead own", "malformed other", "next", "other next"}
 	equivCounters = []string{"missing", "behind", "behind+ttl", "ahead", "ahead+ttl", "far-ahead", "zero", "max", "at-limit", "corrupt", "wrongtype"}
 )
 
@@ -54,11 +55,15 @@ func equivStates(markers bool) []equivState {
 	return states
 }
 
-// The caller's owner nonce and TTL, and its queue entry.
+// The caller's owner nonce (its Locker's id, 16 hex digits, and 16
+// more) and TTL, its queue entry, and the entry of its Locker's next
+// waiter (the release's candidate). Other owners are of other Lockers.
 const (
-	equivOwner = "me:"
+	equivOwner = "aaaaaaaaaaaaaaaa1111111111111111:"
 	equivTTL   = "30000"
 	equivEntry = equivOwner + equivTTL
+	equivNext  = "aaaaaaaaaaaaaaaa3333333333333333:" + equivTTL
+	equivOther = "bbbbbbbbbbbbbbbb2222222222222222:"
 )
 
 // equivKeys are the five keys of the acquire and release scripts, in
@@ -76,7 +81,7 @@ func (s equivState) put(ctx context.Context, p redis.Pipeliner, keys []string, b
 	case "own":
 		p.Set(ctx, keys[0], equivOwner+"777", 20*time.Second)
 	case "other":
-		p.Set(ctx, keys[0], "you:888", 20*time.Second)
+		p.Set(ctx, keys[0], equivOther+"888", 20*time.Second)
 	case "wrongtype":
 		p.HSet(ctx, keys[0], "f", "v")
 	}
@@ -87,7 +92,9 @@ func (s equivState) put(ctx context.Context, p redis.Pipeliner, keys []string, b
 			case "own":
 				entry = equivEntry
 			case "other":
-				entry = "you:" + equivTTL
+				entry = equivOther + equivTTL
+			case "next":
+				entry = equivNext
 			case "dead":
 				entry, deadline = "old:"+equivTTL, baseMS-1000
 			case "malformed":
@@ -357,15 +364,18 @@ func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
 			})
 		}
 	}
-	// A release by its holder, and by a waiter that gives up or a client
-	// that lost an acquire's reply, which the fast path leaves to the
-	// rest.
-	for _, a := range [][]any{{"", "", "0"}, {"", "", "60000"}, {equivEntry, "", "60000"}, {"", "5000", "60000"}} {
+	// A release by its holder, with and without a candidate, and by a
+	// waiter that gives up or a client that lost an acquire's reply,
+	// which the fast path leaves to the rest.
+	for _, a := range [][]any{
+		{"", "", "0", "", ""}, {"", "", "60000", "", ""}, {equivEntry, "", "60000", "", ""}, {"", "5000", "60000", "", ""},
+		{"", "", "0", equivNext, "90000"}, {"", "", "60000", equivNext, "90000"},
+	} {
 		runs = append(runs, equivRun{
 			name: "release", shipped: releaseScript,
-			args: []any{equivOwner, "channel", a[0], a[1], a[2]},
+			args: []any{equivOwner, "channel:", a[0], a[1], a[2], a[3], a[4], ""},
 			fast: func(s equivState, args []any) bool {
-				return args[2] == "" && args[3] == "" && s.lock == "own" && s.queue == ""
+				return args[2] == "" && args[3] == "" && args[5] == "" && s.lock == "own" && s.queue == ""
 			},
 		})
 	}

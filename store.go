@@ -164,6 +164,7 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 // A RedisStore is safe for concurrent use by multiple goroutines.
 type RedisStore struct {
 	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
 	prefix string
 	err    error // set by NewRedisStore for a configuration that cannot work
 }
@@ -184,7 +185,7 @@ func WithStorePrefix(prefix string) StoreOption {
 // behind client. It does not contact Redis. A nil client does not panic:
 // Put and Get return an error wrapping ErrInvalidArgument.
 func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStore {
-	s := &RedisStore{client: client, prefix: DefaultPrefix}
+	s := &RedisStore{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -231,7 +232,7 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
 		return putScript.Run(ctx, s.client, script.Keys(key), token.String(), value).Slice()
 	})
 	if err != nil {
@@ -266,7 +267,7 @@ func (s *RedisStore) fence(ctx context.Context, resource string, token Token, re
 	if read {
 		readArg = "read"
 	}
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
 		return fenceScript.Run(ctx, s.client, script.Keys(key), token.String(), readArg).Slice()
 	})
 	if err != nil {
@@ -378,7 +379,7 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
 		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
 	if err != nil {

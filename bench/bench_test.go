@@ -25,12 +25,15 @@ func TestMain(m *testing.M) {
 
 // TestSmoke runs one short round of every scenario for fencedlock and
 // redislock (its peer in the ratios) on a redis-server of its own
-// (uncontended-paired: a few small blocks), and checks that every
-// fencedlock row is there, with acquisitions, no errors and a numeric
-// Redis CPU per acquisition, that the paired row has all its cycles and a
-// ratio of 1.00 to itself (other scenarios' rows have no ratio), that
-// every key figure's table is there with numeric medians, and that every
-// target has a numeric median and a PASS or MISS.
+// (paired: a few small blocks), and checks that every fencedlock row is
+// there, with acquisitions, no errors and a numeric Redis CPU per
+// acquisition, allocations per cycle in the uncontended rows only,
+// script-inner commands in the rows with a counting pass, that the paired
+// rows have all their cycles and a ratio of 1.00 to themselves (other
+// scenarios' rows have no ratio), that every key figure's table is there
+// with numeric medians, that the contention table has what each
+// contended scenario adds for both libraries, and that every target has
+// a numeric median and a PASS or MISS.
 func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -38,7 +41,7 @@ func TestSmoke(t *testing.T) {
 		}
 		t.Skip("redis-server is not on PATH: install it (e.g. apt-get install redis-server) to run the bench smoke test")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	const blocks, blockCycles = 4, 20
@@ -82,6 +85,16 @@ func TestSmoke(t *testing.T) {
 		if cpu := cells[slices.Index(columns, "cpu µs/acq")]; !positive(cpu) {
 			t.Errorf("%s: cpu µs/acq %q, want a positive number", sc.name, cpu)
 		}
+		allocs := cells[slices.Index(columns, "allocs/cycle")]
+		if sc.cycles && !positive(allocs) {
+			t.Errorf("%s: allocs/cycle %q, want a positive number", sc.name, allocs)
+		} else if !sc.cycles && allocs != "-" {
+			t.Errorf("%s: allocs/cycle %q in a contended row, want -", sc.name, allocs)
+		}
+		inner := cells[slices.Index(columns, "inner/acq")]
+		if !sc.paired && !positive(inner) {
+			t.Errorf("%s: inner/acq %q, want a positive number", sc.name, inner)
+		}
 	}
 	out := stdout.String()
 	for _, k := range keyFigures {
@@ -101,8 +114,29 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	contention := textSection(out, "what an acquisition costs Redis, and what contention adds to the library's uncontended cycle (medians over rounds):")
+	added := map[string]bool{}
+	for _, line := range contention {
+		cells := splitCells(line)
+		if len(cells) == 2+len(contentionColumns) && numeric(cells[slices.Index(contentionColumns, "+inner")+2]) {
+			added[cells[0]+"/"+cells[1]] = true
+		}
+	}
+	for _, sc := range scenarios {
+		for _, lib := range []string{"fencedlock", "redislock"} {
+			if !sc.cycles && !added[sc.name+"/"+lib] {
+				t.Errorf("contention table: no numeric +inner for %s / %s in:\n%s", sc.name, lib, strings.Join(contention, "\n"))
+			}
+		}
+	}
 	section := textSection(out, "targets:")
-	const wantTargets = 11 // uncontended 1, uncontended-paired 2, contended 4 each
+	// uncontended, uncontended-ctx and uncontended-ctx-heeding 2 each
+	// (CPU, allocations), uncontended-paired 2 (cycle, CPU),
+	// uncontended-paired-ctx and uncontended-paired-ctx-heeding 3 each
+	// (and request ctx / Background), 1proc-8g and 4proc-2g 4 each (CPU,
+	// busy, wait p99, wait max), 8proc-4g and 1proc-32g 3 each (no wait
+	// max).
+	const wantTargets = 28
 	if len(section) != 1+wantTargets {
 		t.Fatalf("targets table has %d lines, want %d in:\n%s", len(section), 1+wantTargets, out)
 	}
@@ -181,21 +215,26 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// TestTargets checks the per-round ratios to the lowest peer and the
+// TestTargets checks the per-round ratios to the lowest peer, busy %
+// against the peers' median of the same round, the bounds of the 1x8 and
+// 8x4 shapes (8x4: CPU 1.25, wait p99 32 × 2 ms, no wait max) and the
 // decision on the median.
 func TestTargets(t *testing.T) {
 	nan := math.NaN()
-	fig := func(cpu, busy float64) figures {
-		return figures{CPUPerAcq: cpu, Busy: busy, WaitP99: 10, WaitMax: 20, VsFastest: nan}
+	fig := func(cpu, busy, p99 float64) figures {
+		return figures{CPUPerAcq: cpu, Busy: busy, WaitP99: p99, WaitMax: 20, VsFastest: nan}
 	}
 	rows := []row{
-		{scenario: "1proc-8g", library: pairedReference, rounds: []figures{fig(100, 90), fig(120, 85), fig(90, 89)}},
-		{scenario: "1proc-8g", library: "redsync", rounds: []figures{fig(50, 60), fig(100, 60), fig(200, 60)}},
-		{scenario: "1proc-8g", library: "redislock", rounds: []figures{fig(80, 60), fig(150, 60), fig(100, 60)}},
+		{scenario: "1proc-8g", library: pairedReference, rounds: []figures{fig(100, 90, 10), fig(120, 85, 10), fig(90, 89, 10)}},
+		{scenario: "1proc-8g", library: "redsync", rounds: []figures{fig(50, 60, 1), fig(100, 86, 1), fig(200, 95, 1)}},
+		{scenario: "1proc-8g", library: "redislock", rounds: []figures{fig(80, 80, 1), fig(150, 84, 1), fig(100, 88, 1)}},
+		{scenario: "1proc-8g", library: "rueidislock", rounds: []figures{fig(90, 70, 1), fig(150, 90, 1), fig(100, 91, 1)}},
+		{scenario: "8proc-4g", library: pairedReference, rounds: []figures{fig(120, 80, 60), fig(130, 80, 70), fig(100, 80, 63)}},
+		{scenario: "8proc-4g", library: "redsync", rounds: []figures{fig(100, 70, 1), fig(100, 70, 1), fig(100, 70, 1)}},
 	}
 	ts := targets(rows)
-	if len(ts) != 4 {
-		t.Fatalf("%d targets, want 4", len(ts))
+	if len(ts) != 7 {
+		t.Fatalf("%d targets, want 7 (1proc-8g: CPU, busy, wait p99, wait max; 8proc-4g: CPU, busy, wait p99)", len(ts))
 	}
 	cpu := ts[0]
 	if want := []float64{2, 1.2, 0.9}; !slices.Equal(cpu.values, want) {
@@ -211,9 +250,80 @@ func TestTargets(t *testing.T) {
 	if got := cells[slices.Index(targetColumns, "rounds met")]; got != "1/3" {
 		t.Errorf("CPU target met in %s rounds, want 1/3", got)
 	}
-	busy := ts[1].cells()
-	if got := busy[len(busy)-1]; got != "PASS" {
-		t.Errorf("busy target %s, want PASS (median 89 >= 88)", got)
+	// The peers' medians are 70, 86 and 91: 90-70, 85-86, 89-91.
+	busy := ts[1]
+	if want := []float64{20, -1, -2}; !slices.Equal(busy.values, want) {
+		t.Errorf("busy %% less the peers' median %v, want %v", busy.values, want)
+	}
+	cells = busy.cells()
+	if got := cells[len(cells)-1]; got != "MISS" {
+		t.Errorf("busy target %s, want MISS (median -1 < 0)", got)
+	}
+	if got := cells[slices.Index(targetColumns, "rounds met")]; got != "1/3" {
+		t.Errorf("busy target met in %s rounds, want 1/3", got)
+	}
+	if got := ts[2].cells()[slices.Index(targetColumns, "bound")]; got != "<= 20" {
+		t.Errorf("1proc-8g wait p99 bound %q, want <= 20", got)
+	}
+	if got := ts[3].cells()[slices.Index(targetColumns, "bound")]; got != "<= 50" {
+		t.Errorf("1proc-8g wait max bound %q, want <= 50", got)
+	}
+
+	cpu8 := ts[4].cells()
+	if got := cpu8[slices.Index(targetColumns, "bound")]; got != "<= 1.25" {
+		t.Errorf("8proc-4g CPU bound %q, want <= 1.25", got)
+	}
+	if got := cpu8[len(cpu8)-1]; got != "PASS" {
+		t.Errorf("8proc-4g CPU target %s, want PASS (median 1.2 <= 1.25)", got)
+	}
+	p99 := ts[6].cells()
+	if got := p99[slices.Index(targetColumns, "bound")]; got != "<= 64" {
+		t.Errorf("8proc-4g wait p99 bound %q, want <= 64 (32 waiters × 2 ms)", got)
+	}
+	if got := p99[slices.Index(targetColumns, "rounds met")]; got != "2/3" {
+		t.Errorf("8proc-4g wait p99 met in %s rounds, want 2/3", got)
+	}
+}
+
+// TestUncontendedTargets checks the targets of the uncontended
+// scenarios: the cycle and request ctx ratios of the paired rows, the
+// Redis CPU ratios and the allocations, with their bounds.
+func TestUncontendedTargets(t *testing.T) {
+	nan := math.NaN()
+	fig := func(cpu, allocs, vsFastest, vsBackground float64) figures {
+		return figures{CPUPerAcq: cpu, Allocs: allocs, VsFastest: vsFastest, FastestPeer: "redislock", VsBackground: vsBackground}
+	}
+	rows := []row{
+		{scenario: "uncontended-ctx", library: pairedReference, rounds: []figures{fig(120, 21, nan, nan), fig(100, 19, nan, nan)}},
+		{scenario: "uncontended-ctx", library: "redislock", rounds: []figures{fig(100, 30, nan, nan), fig(100, 30, nan, nan)}},
+		{scenario: "uncontended-paired-ctx", library: pairedReference, rounds: []figures{fig(100, 40, 1.1, 1.04), fig(100, 40, 1.2, 1.06)}},
+		{scenario: "uncontended-paired-ctx", library: "redislock", rounds: []figures{fig(100, 40, nan, nan), fig(100, 40, nan, nan)}},
+	}
+	ts := targets(rows)
+	type want struct {
+		what, bound string
+		values      []float64
+	}
+	wants := []want{
+		{"Redis CPU per cycle", "<= 1.25", []float64{1.2, 1}},
+		{"allocations per cycle", "<= 20", []float64{21, 19}},
+		{"cycle, " + pairedReference + " / fastest peer", "<= 1.15", []float64{1.1, 1.2}},
+		{"cycle, " + pairedReference + " with request ctx / with Background ctx", "<= 1.05", []float64{1.04, 1.06}},
+		{"Redis CPU per cycle", "<= 1.25", []float64{1, 1}},
+	}
+	if len(ts) != len(wants) {
+		t.Fatalf("%d targets, want %d", len(ts), len(wants))
+	}
+	for i, w := range wants {
+		if !strings.HasPrefix(ts[i].what, w.what) {
+			t.Errorf("target %d is %q, want %q...", i, ts[i].what, w.what)
+		}
+		if got := ts[i].cells()[slices.Index(targetColumns, "bound")]; got != w.bound {
+			t.Errorf("%s: bound %q, want %q", ts[i].what, got, w.bound)
+		}
+		if !slices.Equal(ts[i].values, w.values) {
+			t.Errorf("%s: values %v, want %v", ts[i].what, ts[i].values, w.values)
+		}
 	}
 }
 
@@ -226,5 +336,48 @@ func TestBlockCPUPerCycle(t *testing.T) {
 	}
 	if got, want := blockCPUPerCycle(r, 10), 150.0; got != want {
 		t.Errorf("blockCPUPerCycle = %v, want %v", got, want)
+	}
+}
+
+// TestSpecsCallTimeout checks which ctx each scenario's worker spec asks
+// for: a request ctx in the -ctx and -ctx-heeding scenarios only (both
+// passes of the per-library one; the paired one with the reference's
+// Background baseline), context.Background() in the other uncontended
+// ones and no call timeout in the contended ones; and go-redis clients
+// with ContextTimeoutEnabled in the -heeding scenarios only.
+func TestSpecsCallTimeout(t *testing.T) {
+	b := &bench{cfg: config{libs: libraries, cycles: 100, blocks: 2, blockCyc: 3, duration: time.Second}}
+	for _, sc := range scenarios {
+		want := time.Duration(0)
+		if strings.HasSuffix(sc.name, "-ctx") || strings.HasSuffix(sc.name, "-ctx-heeding") {
+			want = requestTimeout
+		}
+		heeding := strings.HasSuffix(sc.name, "-heeding")
+		if sc.paired {
+			spec := b.pairedSpec(sc, 1)
+			if spec.Options.ContextTimeout != heeding {
+				t.Errorf("%s: ContextTimeoutEnabled %v, want %v", sc.name, spec.Options.ContextTimeout, heeding)
+			}
+			if spec.CallTimeout != want || spec.BackgroundBaseline != (want > 0) {
+				t.Errorf("%s: call timeout %v, Background baseline %v; want %v, %v", sc.name, spec.CallTimeout, spec.BackgroundBaseline, want, want > 0)
+			}
+			entries := len(libraries)
+			if want > 0 {
+				entries++
+			}
+			if got := len(pairedEntries(spec)); got != entries {
+				t.Errorf("%s: %d libraries in the blocks, want %d", sc.name, got, entries)
+			}
+			continue
+		}
+		for _, kind := range []passKind{timedPass, countingPass} {
+			spec := b.passSpec(kind, sc, libraries[0], 1)
+			if spec.CallTimeout != want {
+				t.Errorf("%s, pass %d: call timeout %v, want %v", sc.name, kind, spec.CallTimeout, want)
+			}
+			if spec.Options.ContextTimeout != heeding {
+				t.Errorf("%s, pass %d: ContextTimeoutEnabled %v, want %v", sc.name, kind, spec.Options.ContextTimeout, heeding)
+			}
+		}
 	}
 }

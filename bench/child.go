@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -30,8 +31,12 @@ type childSpec struct {
 	Warmup         time.Duration // warm-up length of a contended run
 	WarmupCycles   int           // warm-up cycles of an uncontended run
 	Grace          time.Duration // how long after the run a waiter may still wait
+	// CallTimeout, in an uncontended run, gives every acquire and release
+	// call a ctx of its own with this deadline (see runCycles); 0 gives
+	// them context.Background().
+	CallTimeout time.Duration `json:",omitempty"`
 
-	// A paired run (uncontended-paired) sets Libraries instead of
+	// A paired run (uncontended-paired, -ctx) sets Libraries instead of
 	// Library: a client of each, on Resource and WarmupResource suffixed
 	// with ":" and the library's name, WarmupCycles each, then Blocks
 	// blocks of BlockCycles cycles per library, the libraries in an order
@@ -40,6 +45,12 @@ type childSpec struct {
 	Blocks      int      `json:",omitempty"`
 	BlockCycles int      `json:",omitempty"`
 	Rotation    int      `json:",omitempty"`
+	// BackgroundBaseline, in a paired run with a CallTimeout, adds the
+	// reference library once more, its calls with context.Background(),
+	// on a resource of its own (suffixed ":background"), as one more
+	// library of every block: the baseline its request-ctx cycle is
+	// compared with.
+	BackgroundBaseline bool `json:",omitempty"`
 	// CPU names the INFO cpu fields a paired run reads around each
 	// block, on a connection of its own.
 	CPU cpuSource `json:",omitempty"`
@@ -66,6 +77,13 @@ type childResult struct {
 	Cycles       []int64  // ns per acquire+release cycle (uncontended runs)
 	Errors       int      // failed acquires and releases
 	ErrorSamples []string // a few distinct error messages
+	// Mallocs counts the heap allocations (runtime.MemStats.Mallocs) the
+	// process made during the AllocCycles cycles of an uncontended run,
+	// and LoopAllocs is the allocations per cycle of the loop itself
+	// (loopAllocs), which are part of Mallocs.
+	Mallocs     uint64  `json:",omitempty"`
+	AllocCycles int     `json:",omitempty"`
+	LoopAllocs  float64 `json:",omitempty"`
 	// Paired holds a paired run's records, one per library, instead of
 	// the fields above, and CPUPairCost the µs of Redis CPU between two
 	// back-to-back INFO cpu readings of the worker, measured before the
@@ -93,6 +111,12 @@ type record struct {
 	cycles  []int64
 	errors  int
 	samples []string
+}
+
+// newRecord returns a record with room for n acquisitions, so that
+// recording them allocates nothing.
+func newRecord(n int) *record {
+	return &record{waits: make([]int64, 0, n), holds: make([]hold, 0, n), cycles: make([]int64, 0, n)}
 }
 
 // fail counts an error and keeps its message if it is new.
@@ -173,8 +197,13 @@ func runChild(stdin io.Reader, stdout io.Writer) int {
 		}
 		defer client.Close()
 		warm := warmUp(ctx, client, spec)
+		var loop float64
+		if spec.Cycles > 0 {
+			loop = loopAllocs(spec.CallTimeout)
+		}
 		run = func(start time.Time) *childResult {
 			res := measure(ctx, client, spec, start)
+			res.LoopAllocs = loop
 			res.Errors += warm.errors
 			for _, s := range warm.samples {
 				res.ErrorSamples = appendSample(res.ErrorSamples, s)
@@ -248,14 +277,20 @@ func measure(ctx context.Context, client libClient, spec childSpec, start time.T
 		n = 1
 	}
 	records := make([]*record, n)
+	var mallocs uint64
+	var cycles int
 	var wg sync.WaitGroup
 	for i := range records {
 		records[i] = &record{}
+		if spec.Cycles > 0 {
+			records[i] = newRecord(spec.Cycles)
+		}
 		wg.Add(1)
 		go func(r *record, w lockWorker) {
 			defer wg.Done()
 			if spec.Cycles > 0 {
-				runCycles(ctx, w, spec.Cycles, r)
+				// n is 1: this is the only writer, read after wg.Wait.
+				mallocs, cycles = runCycles(ctx, w, spec.Cycles, spec.CallTimeout, r)
 			} else {
 				runContended(ctx, w, start.Add(spec.Duration), spec.Hold, spec.Grace, r)
 			}
@@ -274,6 +309,8 @@ func measure(ctx context.Context, client libClient, spec childSpec, start time.T
 		Cycles:       all.cycles,
 		Errors:       all.errors,
 		ErrorSamples: all.samples,
+		Mallocs:      mallocs,
+		AllocCycles:  cycles,
 	}
 }
 
@@ -305,24 +342,72 @@ func runContended(ctx context.Context, w lockWorker, end time.Time, holdFor, gra
 	}
 }
 
-// runCycles runs cycles acquire+release cycles back to back.
-func runCycles(ctx context.Context, w lockWorker, cycles int, r *record) {
-	for i := 0; i < cycles && ctx.Err() == nil; i++ {
+// runCycles runs up to cycles acquire+release cycles back to back,
+// until stop ends, and returns the heap allocations the process made
+// meanwhile (runtime.MemStats.Mallocs, every goroutine's) and the cycles
+// it ran. With a timeout, each cycle runs as a request handler would: a
+// ctx with that deadline, made for the acquire call, lasts until the
+// release has returned (rueidislock ties its lock to it), and the
+// release call gets one of its own; making and cancelling them is part of
+// the cycle. Without, both calls get context.Background().
+func runCycles(stop context.Context, w lockWorker, cycles int, timeout time.Duration, r *record) (mallocs uint64, ran int) {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for ; ran < cycles && stop.Err() == nil; ran++ {
 		t0 := time.Now()
-		token, err := w.acquire(ctx)
+		actx, cancelAcquire := callContext(timeout)
+		token, err := w.acquire(actx)
 		t1 := time.Now()
 		if err != nil {
+			cancelAcquire()
 			r.fail("acquire: ", err)
 			continue
 		}
-		if err := w.release(context.Background()); err != nil {
+		rctx, cancelRelease := callContext(timeout)
+		if err := w.release(rctx); err != nil {
 			r.fail("release: ", err)
 		}
+		cancelRelease()
+		cancelAcquire()
 		t2 := time.Now()
 		r.waits = append(r.waits, int64(t1.Sub(t0)))
 		r.holds = append(r.holds, hold{Start: t1.UnixNano(), End: t1.UnixNano(), Token: token})
 		r.cycles = append(r.cycles, int64(t2.Sub(t0)))
 	}
+	runtime.ReadMemStats(&m1)
+	return m1.Mallocs - m0.Mallocs, ran
+}
+
+// callContext returns the ctx of one call of an uncontended cycle: with
+// a timeout, a new ctx with that deadline; else context.Background() and
+// a cancel func that does nothing.
+func callContext(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), timeout)
+}
+
+// nopWorker is a lock that does nothing: runCycles on it measures the
+// loop's own cost.
+type nopWorker struct{}
+
+func (nopWorker) acquire(context.Context) (uint64, error) { return 0, nil }
+func (nopWorker) release(context.Context) error           { return nil }
+
+// loopCycles is how many cycles loopAllocs runs.
+const loopCycles = 1000
+
+// loopAllocs returns runCycles' own heap allocations per cycle with the
+// given call timeout (the ctxs it makes): runCycles on nopWorker, after a
+// first run that warms it up.
+func loopAllocs(timeout time.Duration) float64 {
+	var mallocs uint64
+	var ran int
+	for i := 0; i < 2; i++ {
+		mallocs, ran = runCycles(context.Background(), nopWorker{}, loopCycles, timeout, newRecord(loopCycles))
+	}
+	return float64(mallocs) / float64(ran)
 }
 
 // childMain is main for a worker process.

@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/fencedlock/fencedlock v0.0.0
+	github.com/fencedlock/fencedlock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.16.0
 	github.com/redis/go-redis/v9 v9.18.0
 	github.com/redis/rueidis v1.0.79
@@ -18,5 +18,3 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
-
-replace github.com/fencedlock/fencedlock => ../

@@ -25,10 +25,13 @@ func anyScenario(scenario) bool    { return true }
 var keyFigures = []keyFigure{
 	{"uncontended cycle p50, µs", func(f figures) float64 { return f.CycleP50 }, 0, uncontended},
 	{"Redis CPU per acquisition (uncontended: per cycle), µs", func(f figures) float64 { return f.CPUPerAcq }, 1, anyScenario},
+	{"heap allocations per uncontended cycle (worker process, the loop's own left out)", func(f figures) float64 { return f.Allocs }, 1, uncontended},
 	{"busy %", func(f figures) float64 { return f.Busy }, 1, contended},
 	{"wait p99, ms", func(f figures) float64 { return f.WaitP99 }, 2, contended},
 	{"wait max, ms", func(f figures) float64 { return f.WaitMax }, 2, contended},
 	{"Redis commands per acquisition (total_commands_processed, script-inner calls included)", func(f figures) float64 { return f.CmdsPerAcq }, 2, counted},
+	{"commands sent per acquisition (MONITOR, counting pass)", func(f figures) float64 { return f.SentPerAcq }, 2, counted},
+	{"script-inner commands per acquisition (MONITOR, counting pass)", func(f figures) float64 { return f.InnerPerAcq }, 2, counted},
 }
 
 // scenarioByName returns the scenario called name; ok is false if none.

@@ -25,6 +25,9 @@ type libOptions struct {
 	RedsyncDelay time.Duration // redsync retry delay; 0 keeps its default
 	RedislockMin time.Duration // redislock ExponentialBackoff minimum
 	RedislockMax time.Duration // redislock ExponentialBackoff maximum
+	// ContextTimeout makes every go-redis client (fencedlock's, redsync's,
+	// redislock's) heed ctx deadlines: ContextTimeoutEnabled.
+	ContextTimeout bool `json:",omitempty"`
 }
 
 // library is a lock library under test.
@@ -77,20 +80,21 @@ func libraryByName(name string) *library {
 }
 
 // newGoRedis returns the go-redis client that fencedlock, redsync and
-// redislock share the configuration of: the library defaults.
-func newGoRedis(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr})
+// redislock share the configuration of: the library defaults, with
+// ContextTimeoutEnabled in the scenarios that ask for it.
+func newGoRedis(addr string, o libOptions) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: o.ContextTimeout})
 }
 
 // fencedlock
 
 func describeFencedlock(o libOptions) string {
 	return fmt.Sprintf("Locker.Acquire with no options (the library's own waiting), ttl %v, "+
-		"Lock.Token read on every grant; Lock.Release; go-redis client with default options", o.TTL)
+		"Lock.Token read on every grant; Lock.Release; go-redis client with default options (ContextTimeoutEnabled in the -heeding scenarios)", o.TTL)
 }
 
 func openFencedlock(addr string, o libOptions) (libClient, error) {
-	rdb := newGoRedis(addr)
+	rdb := newGoRedis(addr, o)
 	return &fencedClient{rdb: rdb, locker: fencedlock.New(rdb), ttl: o.TTL}, nil
 }
 
@@ -138,13 +142,13 @@ func describeRedsync(o libOptions) string {
 	if o.RedsyncDelay > 0 {
 		delay = fmt.Sprintf("WithRetryDelay(%v)", o.RedsyncDelay)
 	}
-	return fmt.Sprintf("Mutex.LockContext/UnlockContext, one Mutex per goroutine, goredis/v9 pool over one go-redis client (default options); "+
+	return fmt.Sprintf("Mutex.LockContext/UnlockContext, one Mutex per goroutine, goredis/v9 pool over one go-redis client (default options; ContextTimeoutEnabled in the -heeding scenarios); "+
 		"WithExpiry(%v), WithTries(MaxInt32) (the context bounds the wait), %s, other options default",
 		o.TTL, delay)
 }
 
 func openRedsync(addr string, o libOptions) (libClient, error) {
-	rdb := newGoRedis(addr)
+	rdb := newGoRedis(addr, o)
 	return &redsyncClient{rdb: rdb, rs: redsync.New(redsyncgoredis.NewPool(rdb)), opts: o}, nil
 }
 
@@ -190,12 +194,12 @@ func (w *redsyncWorker) release(ctx context.Context) error {
 
 func describeRedislock(o libOptions) string {
 	return fmt.Sprintf("Client.Obtain with RetryStrategy ExponentialBackoff(%v, %v) (a new one per Obtain; "+
-		"%v is the minimum its docs recommend), the context bounds the wait, ttl %v; Lock.Release; go-redis client with default options",
+		"%v is the minimum its docs recommend), the context bounds the wait, ttl %v; Lock.Release; go-redis client with default options (ContextTimeoutEnabled in the -heeding scenarios)",
 		o.RedislockMin, o.RedislockMax, 16*time.Millisecond, o.TTL)
 }
 
 func openRedislock(addr string, o libOptions) (libClient, error) {
-	rdb := newGoRedis(addr)
+	rdb := newGoRedis(addr, o)
 	return &redislockClient{rdb: rdb, client: redislock.New(rdb), opts: o}, nil
 }
 

@@ -1,12 +1,34 @@
 // Command bench compares fencedlock with other Redis lock libraries for
-// Go (redsync, redislock and rueidislock) on one real redis-server: an
-// uncontended acquire+release cycle (each library in its own process,
-// and all of them in one process in alternating blocks, which cancels
-// the machine's drift between passes), 8 goroutines of one process
-// contending for one lock, and 4 processes of 2 goroutines each doing the
-// same. It prints one row per library and scenario: acquisitions, how busy
-// the lock was kept, wait percentiles, Redis commands per acquisition
-// (counted by the server, and as sent by clients) and errors.
+// Go (redsync, redislock and rueidislock) on one real redis-server.
+//
+// Its scenarios (-scenarios, all by default, in this order):
+//
+//   - uncontended: acquire+release cycles back to back, each library in
+//     its own worker process, every call with context.Background();
+//   - uncontended-ctx: the same, every acquire and release call with a
+//     ctx of its own with a 5s deadline, made for the call, as a request
+//     handler's;
+//   - uncontended-paired and uncontended-paired-ctx: the same two, with
+//     every library in one process in alternating blocks, which cancels
+//     the machine's drift between passes; the -ctx one also runs
+//     fencedlock with context.Background() in every block, the baseline
+//     of its request ctx / Background ratio;
+//   - uncontended-ctx-heeding and uncontended-paired-ctx-heeding: the two
+//     -ctx scenarios with every go-redis client made with
+//     ContextTimeoutEnabled, the client fencedlock's docs advise for
+//     request contexts;
+//   - 1proc-8g, 4proc-2g, 8proc-4g, 1proc-32g: processes × goroutines
+//     contending for one lock, each holding it -hold.
+//
+// It prints one row per library and scenario (acquisitions, how busy the
+// lock was kept, wait percentiles, Redis commands and CPU per
+// acquisition, heap allocations per uncontended cycle, errors), the key
+// figures round by round, what an acquisition costs Redis with and
+// without contention, and fencedlock's targets, each PASS or MISS on the
+// median over rounds, with the rounds that met it.
+//
+// Every contended scenario runs -duration (3s) per timed pass; with the
+// defaults a run of -rounds 5 takes about 10 minutes on 2 cores.
 //
 // Without -redis it starts its own redis-server on a free loopback port
 // and kills it at exit. Run it from this directory:
@@ -38,8 +60,8 @@ type config struct {
 	rounds    int
 	hold      time.Duration
 	cycles    int
-	blocks    int // uncontended-paired: blocks per round
-	blockCyc  int // uncontended-paired: cycles per library per block
+	blocks    int // paired scenarios: blocks per round
+	blockCyc  int // paired scenarios: cycles per library per block
 	libs      []*library
 	scenarios []scenario
 	markdown  bool
@@ -79,8 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.opts.TTL, "ttl", 10*time.Second, "lock TTL for every library")
 	fs.DurationVar(&c.hold, "hold", time.Millisecond, "how long a contending goroutine holds the lock (a sleep)")
 	fs.IntVar(&c.cycles, "cycles", 3000, "acquire+release cycles of the uncontended timed run")
-	fs.IntVar(&c.blocks, "blocks", 60, "uncontended-paired: blocks per round, each running every library in turn")
-	fs.IntVar(&c.blockCyc, "block-cycles", 50, "uncontended-paired: acquire+release cycles per library per block")
+	fs.IntVar(&c.blocks, "blocks", 60, "the paired scenarios: blocks per round, each running every library in turn")
+	fs.IntVar(&c.blockCyc, "block-cycles", 50, "the paired scenarios: acquire+release cycles per library per block")
 	libs := fs.String("libs", libraryNames(), "libraries to run, comma-separated")
 	scens := fs.String("scenarios", scenarioNames(), "scenarios to run, comma-separated")
 	fs.BoolVar(&c.markdown, "markdown", false, "print Markdown instead of aligned text")
@@ -274,12 +296,15 @@ func (b *bench) passSpec(kind passKind, sc scenario, lib *library, round int) ch
 	}
 	resource := fmt.Sprintf("bench:%s:%s:r%d:%s", sc.name, lib.name, round, kindName)
 	spec := childSpec{
-		Options:        b.cfg.opts,
+		Options:        sc.options(b.cfg.opts),
 		Resource:       resource,
 		WarmupResource: resource + ":warmup",
 		Goroutines:     sc.goroutines,
 		Hold:           b.cfg.hold,
 		Grace:          grace,
+	}
+	if sc.cycles {
+		spec.CallTimeout = sc.callTimeout()
 	}
 	switch {
 	case sc.cycles && kind == countingPass:
@@ -320,6 +345,7 @@ func (b *bench) logProgress(round int, sc scenario, lib *library, f figures) {
 type header struct {
 	redis   string
 	cpu     string
+	allocs  string
 	machine string
 	run     string
 	libs    [][2]string // name and version, configuration
@@ -339,7 +365,7 @@ func (b *bench) header() (header, error) {
 		h.redis += ", named with -redis (no FLUSHALL; other clients' commands would count too)"
 	}
 	h.cpu = fmt.Sprintf("%s, read before and after each timed pass (never during a MONITOR pass) "+
-		"less an empty window's %d µs (median of %d); uncontended-paired: read by the worker process before and after each library's block, "+
+		"less an empty window's %d µs (median of %d); paired scenarios: read by the worker process before and after each library's block, "+
 		"less %d µs per pair; idle server: %.0f µs/s (its periodic tasks; included in every window, not subtracted)",
 		b.cpu.describe(), b.overhead.cpu, pairSamples, b.pairCost, b.idlePerSec)
 	versions := moduleVersions()
@@ -349,11 +375,16 @@ func (b *bench) header() (header, error) {
 	c := b.cfg
 	h.run = fmt.Sprintf("rounds %d (library order rotated by one each round); contended: %v timed pass + %v counting pass, "+
 		"each after a %v warm-up on another resource, hold %v (a sleep); uncontended: %d timed + %d counting cycles, each after %d warm-up cycles; "+
-		"uncontended-paired: one pass, all libraries in one process, %d warm-up cycles each, then %d blocks of %d cycles per library, order rotated by one each block; "+
+		"paired: one pass, all libraries in one process, %d warm-up cycles each, then %d blocks of %d cycles per library, order rotated by one each block "+
+		"(uncontended-paired-ctx and -ctx-heeding: %s with context.Background() as one more library); "+
+		"request ctx: context.WithTimeout(context.Background(), %v) per call; "+
 		"lock TTL %v; every pass in fresh worker processes, one Redis client per process and library",
 		c.rounds, c.duration, c.countingDuration(), warmupDuration, c.hold,
 		c.cycles, c.countingCycles(), c.warmupCycles(),
-		c.warmupCycles(), c.blocks, c.blockCyc, c.opts.TTL)
+		c.warmupCycles(), c.blocks, c.blockCyc, pairedReference, requestTimeout, c.opts.TTL)
+	h.allocs = fmt.Sprintf("runtime.MemStats.Mallocs of the worker process over its timed cycles (after the warm-up), per cycle, "+
+		"less the loop's own, which each worker measures on a lock that does nothing (here: %.2f per cycle with context.Background(), %.2f with a request ctx)",
+		loopAllocs(0), loopAllocs(requestTimeout))
 	for _, lib := range c.libs {
 		h.libs = append(h.libs, [2]string{lib.name + " " + versions[lib.module], lib.describe(c.opts)})
 	}
@@ -386,14 +417,14 @@ func (h header) write(w io.Writer, markdown bool) {
 	if markdown {
 		fmt.Fprintln(w, "Redis lock libraries compared:")
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "- Redis: %s\n- Redis CPU: %s\n- Machine: %s\n- Run: %s\n", h.redis, h.cpu, h.machine, h.run)
+		fmt.Fprintf(w, "- Redis: %s\n- Redis CPU: %s\n- Allocations: %s\n- Machine: %s\n- Run: %s\n", h.redis, h.cpu, h.allocs, h.machine, h.run)
 		for _, l := range h.libs {
 			fmt.Fprintf(w, "- **%s**: %s\n", l[0], l[1])
 		}
 		return
 	}
 	fmt.Fprintln(w, "Redis lock libraries compared")
-	fmt.Fprintf(w, "redis:   %s\ncpu:     %s\nmachine: %s\nrun:     %s\nlibraries:\n", h.redis, h.cpu, h.machine, h.run)
+	fmt.Fprintf(w, "redis:   %s\ncpu:     %s\nallocs:  %s\nmachine: %s\nrun:     %s\nlibraries:\n", h.redis, h.cpu, h.allocs, h.machine, h.run)
 	for _, l := range h.libs {
 		fmt.Fprintf(w, "  %s: %s\n", l[0], l[1])
 	}

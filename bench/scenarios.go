@@ -23,14 +23,61 @@ type scenario struct {
 	// paired: every library in one process, in alternating blocks of
 	// uncontended cycles, once per round (see paired.go)
 	paired bool
+	// requestCtx: every acquire and release call of the uncontended
+	// cycles gets a ctx of its own with a requestTimeout deadline, as a
+	// request handler's; else context.Background().
+	requestCtx bool
+	// heeding: the go-redis clients are made with ContextTimeoutEnabled
+	// (see libOptions.ContextTimeout).
+	heeding bool
 }
+
+// requestTimeout is the deadline of a request ctx.
+const requestTimeout = 5 * time.Second
 
 // scenarios lists the scenarios, in table order.
 var scenarios = []scenario{
 	{name: "uncontended", procs: 1, goroutines: 1, cycles: true},
+	{name: "uncontended-ctx", procs: 1, goroutines: 1, cycles: true, requestCtx: true},
 	{name: "uncontended-paired", procs: 1, goroutines: 1, cycles: true, paired: true},
+	{name: "uncontended-paired-ctx", procs: 1, goroutines: 1, cycles: true, paired: true, requestCtx: true},
+	{name: "uncontended-ctx-heeding", procs: 1, goroutines: 1, cycles: true, requestCtx: true, heeding: true},
+	{name: "uncontended-paired-ctx-heeding", procs: 1, goroutines: 1, cycles: true, paired: true, requestCtx: true, heeding: true},
 	{name: "1proc-8g", procs: 1, goroutines: 8},
 	{name: "4proc-2g", procs: 4, goroutines: 2},
+	{name: "8proc-4g", procs: 8, goroutines: 4},
+	{name: "1proc-32g", procs: 1, goroutines: 32},
+}
+
+// contenders returns how many goroutines contend in sc, over all its
+// processes.
+func (sc scenario) contenders() int { return sc.procs * sc.goroutines }
+
+// callTimeout is the deadline of the ctx each uncontended call of sc
+// gets; 0 for context.Background().
+func (sc scenario) callTimeout() time.Duration {
+	if sc.requestCtx {
+		return requestTimeout
+	}
+	return 0
+}
+
+// ctxName names the ctx the calls of an uncontended scenario get.
+func (sc scenario) ctxName() string {
+	switch {
+	case sc.heeding:
+		return "request ctx, ContextTimeoutEnabled clients"
+	case sc.requestCtx:
+		return "request ctx"
+	}
+	return "Background ctx"
+}
+
+// options returns the libraries' options for sc's passes: o, with the
+// go-redis clients heeding ctx deadlines if sc asks for it.
+func (sc scenario) options(o libOptions) libOptions {
+	o.ContextTimeout = sc.heeding
+	return o
 }
 
 // parseScenarios parses the -scenarios flag.
@@ -167,6 +214,11 @@ func (b *bench) runPass(ctx context.Context, p pass) (*passOutcome, error) {
 			return nil, fmt.Errorf("INFO after the run: %w", err)
 		}
 		out.commands, out.cpu = d.commands, d.cpu
+	}
+	// Every child is told to exit before any is waited for: their exits
+	// overlap (a -race build sleeps a second at exit).
+	for _, c := range children {
+		c.stdin.Close()
 	}
 	for _, c := range children {
 		if err := c.finish(); err != nil {

@@ -19,17 +19,27 @@ type figures struct {
 	GapP50     float64 // ms, median gap from a release call to the next grant (contended only)
 	CmdsPerAcq float64 // INFO total_commands_processed delta per acquisition
 	SentPerAcq float64 // client-sent commands per acquisition (MONITOR)
-	CPUPerAcq  float64 // µs of Redis CPU per acquisition (uncontended: per cycle)
-	CycleP50   float64 // µs, uncontended only
-	CycleP90   float64 // µs, uncontended only
-	VsRef      float64 // uncontended-paired only: median over blocks of the block median cycle / the reference library's
-	// VsFastest is set in the reference library's uncontended-paired row
-	// only: its blockRatio to each other library, the largest of them
-	// (against the fastest peer of the round, FastestPeer).
+	// InnerPerAcq is the commands scripts ran (redis.call) per
+	// acquisition (MONITOR).
+	InnerPerAcq float64
+	CPUPerAcq   float64 // µs of Redis CPU per acquisition (uncontended: per cycle)
+	// Allocs is the worker process's heap allocations per uncontended
+	// cycle, the loop's own left out (uncontended only).
+	Allocs   float64
+	CycleP50 float64 // µs, uncontended only
+	CycleP90 float64 // µs, uncontended only
+	VsRef    float64 // paired only: median over blocks of the block median cycle / the reference library's
+	// VsFastest is set in the reference library's paired rows only: its
+	// blockRatio to each other library, the largest of them (against the
+	// fastest peer of the round, FastestPeer).
 	VsFastest   float64
 	FastestPeer string
-	Errors      int // errors of both passes
-	Notes       []string
+	// VsBackground is set in the reference library's
+	// uncontended-paired-ctx row only: its blockRatio to its own
+	// Background baseline in the same blocks.
+	VsBackground float64
+	Errors       int // errors of both passes
+	Notes        []string
 }
 
 // runSummary is what one pass's merged results show.
@@ -113,22 +123,25 @@ func roundFigures(sc scenario, timed, counting *passOutcome) figures {
 	t := summarize(timed)
 	c := summarize(counting)
 	f := figures{
-		Acq:        float64(t.acquisitions),
-		Busy:       math.NaN(),
-		HoldMean:   math.NaN(),
-		GapP50:     math.NaN(),
-		WaitP50:    ms(percentile(t.waits, 50)),
-		WaitP99:    ms(percentile(t.waits, 99)),
-		WaitMax:    ms(percentile(t.waits, 100)),
-		CmdsPerAcq: perAcq(float64(timed.commands), t.acquisitions),
-		SentPerAcq: perAcq(float64(counting.monitor.Sent), c.acquisitions),
-		CPUPerAcq:  perAcq(float64(timed.cpu), t.acquisitions),
-		CycleP50:   math.NaN(),
-		CycleP90:   math.NaN(),
-		VsRef:      math.NaN(),
-		VsFastest:  math.NaN(),
-		Errors:     t.errors + c.errors,
-		Notes:      t.notes,
+		Acq:          float64(t.acquisitions),
+		Busy:         math.NaN(),
+		HoldMean:     math.NaN(),
+		GapP50:       math.NaN(),
+		WaitP50:      ms(percentile(t.waits, 50)),
+		WaitP99:      ms(percentile(t.waits, 99)),
+		WaitMax:      ms(percentile(t.waits, 100)),
+		CmdsPerAcq:   perAcq(float64(timed.commands), t.acquisitions),
+		SentPerAcq:   perAcq(float64(counting.monitor.Sent), c.acquisitions),
+		InnerPerAcq:  perAcq(float64(counting.monitor.Inner), c.acquisitions),
+		CPUPerAcq:    perAcq(float64(timed.cpu), t.acquisitions),
+		Allocs:       math.NaN(),
+		CycleP50:     math.NaN(),
+		CycleP90:     math.NaN(),
+		VsRef:        math.NaN(),
+		VsFastest:    math.NaN(),
+		VsBackground: math.NaN(),
+		Errors:       t.errors + c.errors,
+		Notes:        t.notes,
 	}
 	for _, n := range c.notes {
 		f.Notes = appendSample(f.Notes, "counting pass: "+n)
@@ -136,6 +149,10 @@ func roundFigures(sc scenario, timed, counting *passOutcome) figures {
 	if sc.cycles {
 		f.CycleP50 = us(percentile(t.cycles, 50))
 		f.CycleP90 = us(percentile(t.cycles, 90))
+		if len(timed.results) == 1 {
+			r := timed.results[0]
+			f.Allocs = allocsPerCycle(r.Mallocs, r.AllocCycles, r.LoopAllocs)
+		}
 	} else if t.acquisitions > 0 {
 		f.Busy = 100 * float64(t.holdSum) / float64(t.wall)
 		f.HoldMean = ms(float64(t.holdSum) / float64(t.acquisitions))
@@ -198,20 +215,23 @@ func medianFigures(rounds []figures) figures {
 		return median(v)
 	}
 	m := figures{
-		Acq:        pick(func(f figures) float64 { return f.Acq }),
-		Busy:       pick(func(f figures) float64 { return f.Busy }),
-		WaitP50:    pick(func(f figures) float64 { return f.WaitP50 }),
-		WaitP99:    pick(func(f figures) float64 { return f.WaitP99 }),
-		WaitMax:    pick(func(f figures) float64 { return f.WaitMax }),
-		HoldMean:   pick(func(f figures) float64 { return f.HoldMean }),
-		GapP50:     pick(func(f figures) float64 { return f.GapP50 }),
-		CmdsPerAcq: pick(func(f figures) float64 { return f.CmdsPerAcq }),
-		SentPerAcq: pick(func(f figures) float64 { return f.SentPerAcq }),
-		CPUPerAcq:  pick(func(f figures) float64 { return f.CPUPerAcq }),
-		CycleP50:   pick(func(f figures) float64 { return f.CycleP50 }),
-		CycleP90:   pick(func(f figures) float64 { return f.CycleP90 }),
-		VsRef:      pick(func(f figures) float64 { return f.VsRef }),
-		VsFastest:  pick(func(f figures) float64 { return f.VsFastest }),
+		Acq:          pick(func(f figures) float64 { return f.Acq }),
+		Busy:         pick(func(f figures) float64 { return f.Busy }),
+		WaitP50:      pick(func(f figures) float64 { return f.WaitP50 }),
+		WaitP99:      pick(func(f figures) float64 { return f.WaitP99 }),
+		WaitMax:      pick(func(f figures) float64 { return f.WaitMax }),
+		HoldMean:     pick(func(f figures) float64 { return f.HoldMean }),
+		GapP50:       pick(func(f figures) float64 { return f.GapP50 }),
+		CmdsPerAcq:   pick(func(f figures) float64 { return f.CmdsPerAcq }),
+		SentPerAcq:   pick(func(f figures) float64 { return f.SentPerAcq }),
+		InnerPerAcq:  pick(func(f figures) float64 { return f.InnerPerAcq }),
+		CPUPerAcq:    pick(func(f figures) float64 { return f.CPUPerAcq }),
+		Allocs:       pick(func(f figures) float64 { return f.Allocs }),
+		CycleP50:     pick(func(f figures) float64 { return f.CycleP50 }),
+		CycleP90:     pick(func(f figures) float64 { return f.CycleP90 }),
+		VsRef:        pick(func(f figures) float64 { return f.VsRef }),
+		VsFastest:    pick(func(f figures) float64 { return f.VsFastest }),
+		VsBackground: pick(func(f figures) float64 { return f.VsBackground }),
 	}
 	for _, f := range rounds {
 		m.Errors += f.Errors

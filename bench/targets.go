@@ -15,28 +15,38 @@ import (
 
 // Uncontended targets.
 const (
-	// targetCycleRatio bounds the reference's uncontended-paired cycle
-	// over the fastest peer's (VsFastest).
-	targetCycleRatio = 1.05
+	// targetCycleRatio bounds the reference's paired cycle over the
+	// fastest peer's (VsFastest), with a Background and with a request
+	// ctx alike.
+	targetCycleRatio = 1.15
+	// targetCtxOverBackground bounds the reference's request-ctx cycle
+	// over its Background cycle in the same paired blocks (VsBackground).
+	targetCtxOverBackground = 1.05
 	// targetUncontendedCPU bounds the reference's Redis CPU per
 	// uncontended cycle over the lowest peer's.
-	targetUncontendedCPU = 1.10
-	// targetContendedCPU bounds the reference's Redis CPU per contended
-	// acquisition over the lowest peer's.
-	targetContendedCPU = 1.00
+	targetUncontendedCPU = 1.25
+	// targetAllocs bounds the reference's heap allocations per
+	// uncontended cycle (Allocs).
+	targetAllocs = 20
 )
 
-// contendedTarget is what a contended scenario asks of the reference.
+// contendedTarget is what a contended scenario asks of the reference,
+// besides a busy % at least the peers' median.
 type contendedTarget struct {
-	busy    float64 // busy % at least
+	cpu     float64 // Redis CPU per acquisition over the lowest peer's, at most
 	waitP99 float64 // ms at most
-	waitMax float64 // ms at most
+	waitMax float64 // ms at most; 0: no bound
+	// waitPerWaiter, when set, makes the wait p99 bound this many ms per
+	// contending goroutine instead of waitP99.
+	waitPerWaiter float64
 }
 
 // contendedTargets maps contended scenarios to their targets.
 var contendedTargets = map[string]contendedTarget{
-	"1proc-8g": {busy: 88, waitP99: 20, waitMax: 50},
-	"4proc-2g": {busy: 80, waitP99: 30, waitMax: 100},
+	"1proc-8g":  {cpu: 1.00, waitP99: 20, waitMax: 50},
+	"4proc-2g":  {cpu: 1.00, waitP99: 30, waitMax: 100},
+	"8proc-4g":  {cpu: 1.25, waitPerWaiter: 2},
+	"1proc-32g": {cpu: 1.25, waitPerWaiter: 2},
 }
 
 // target is one checked figure: its value per round and its bound.
@@ -44,7 +54,8 @@ type target struct {
 	what     string
 	scenario string
 	values   []float64 // per round
-	peers    []string  // per round, the peer compared with (ratios only)
+	peers    []string  // per round, the peer compared with (ratios to a peer only)
+	compared string    // what the values compare with, where peers is nil
 	bound    float64
 	atLeast  bool // the value must be >= bound (else <= bound)
 	ratio    bool // a ratio: three decimals, its bound two
@@ -104,11 +115,19 @@ func (t target) cells() []string {
 		}
 	}
 	return []string{
-		t.what, t.scenario, strings.Join(per, " "), peerCounts(t.peers),
+		t.what, t.scenario, strings.Join(per, " "), t.comparedWith(),
 		t.format(med), rangeText,
 		op + bound,
 		fmt.Sprintf("%d/%d", passing, known), result,
 	}
+}
+
+// comparedWith says what t's values compare with.
+func (t target) comparedWith() string {
+	if t.peers == nil && t.compared != "" {
+		return t.compared
+	}
+	return peerCounts(t.peers)
 }
 
 // peerCounts summarizes which peers the rounds compared with, as
@@ -175,50 +194,104 @@ func lowestPeerRatio(rows []row, ref *row, get func(figures) float64) ([]float64
 	return values, peers
 }
 
+// peersMedianDiff returns, per round, the reference's value of get less
+// the median of the peers' values in the same round (NaN without a
+// peer's value), and the most peers a round had.
+func peersMedianDiff(rows []row, ref *row, get func(figures) float64) ([]float64, int) {
+	values := make([]float64, len(ref.rounds))
+	most := 0
+	for i, f := range ref.rounds {
+		var peers []float64
+		for _, r := range rows {
+			if r.scenario != ref.scenario || r.library == ref.library || i >= len(r.rounds) {
+				continue
+			}
+			if v := get(r.rounds[i]); !math.IsNaN(v) {
+				peers = append(peers, v)
+			}
+		}
+		values[i] = get(f) - median(peers)
+		most = max(most, len(peers))
+	}
+	return values, most
+}
+
 // targets computes every target whose scenario ran.
 func targets(rows []row) []target {
 	cpu := func(f figures) float64 { return f.CPUPerAcq }
+	ref := pairedReference
 	var out []target
 	for _, sc := range scenarios {
-		ref := findRow(rows, sc.name, pairedReference)
-		if ref == nil {
+		own := findRow(rows, sc.name, ref)
+		if own == nil {
 			continue
 		}
-		if sc.paired {
-			peers := make([]string, len(ref.rounds))
-			for i, f := range ref.rounds {
-				peers[i] = f.FastestPeer
+		ratios, peers := lowestPeerRatio(rows, own, cpu)
+		if sc.cycles {
+			if sc.paired {
+				fastest := make([]string, len(own.rounds))
+				for i, f := range own.rounds {
+					fastest[i] = f.FastestPeer
+				}
+				out = append(out, target{
+					what:     "cycle, " + ref + " / fastest peer, " + sc.ctxName() + " for all, median over blocks",
+					scenario: sc.name, values: ownValues(own, func(f figures) float64 { return f.VsFastest }), peers: fastest,
+					bound: targetCycleRatio, ratio: true,
+				})
+				if sc.requestCtx {
+					out = append(out, target{
+						what:     "cycle, " + ref + " with " + sc.ctxName() + " / with Background ctx, median over blocks",
+						scenario: sc.name, values: ownValues(own, func(f figures) float64 { return f.VsBackground }),
+						compared: ref + ", Background ctx", bound: targetCtxOverBackground, ratio: true,
+					})
+				}
 			}
 			out = append(out, target{
-				what: "cycle, " + pairedReference + " / fastest peer (median over blocks)", scenario: sc.name,
-				values: ownValues(ref, func(f figures) float64 { return f.VsFastest }), peers: peers,
-				bound: targetCycleRatio, ratio: true,
+				what:     "Redis CPU per cycle, " + ref + " / lowest peer, " + sc.ctxName() + " for all",
+				scenario: sc.name, values: ratios, peers: peers, bound: targetUncontendedCPU, ratio: true,
 			})
-		}
-		ratios, peers := lowestPeerRatio(rows, ref, cpu)
-		if sc.cycles {
-			out = append(out, target{
-				what: "Redis CPU per cycle, " + pairedReference + " / lowest peer", scenario: sc.name,
-				values: ratios, peers: peers, bound: targetUncontendedCPU, ratio: true,
-			})
+			if !sc.paired {
+				out = append(out, target{
+					what:     "allocations per cycle, " + ref + "'s worker process less the loop's own, " + sc.ctxName(),
+					scenario: sc.name, values: ownValues(own, func(f figures) float64 { return f.Allocs }),
+					compared: "- (absolute)", bound: targetAllocs, prec: 1,
+				})
+			}
 			continue
 		}
 		ct, ok := contendedTargets[sc.name]
 		if !ok {
 			continue
 		}
+		busy, npeers := peersMedianDiff(rows, own, func(f figures) float64 { return f.Busy })
 		out = append(out,
 			target{
-				what: "Redis CPU per acquisition, " + pairedReference + " / lowest peer", scenario: sc.name,
-				values: ratios, peers: peers, bound: targetContendedCPU, ratio: true,
+				what:     "Redis CPU per acquisition, " + ref + " / lowest peer",
+				scenario: sc.name, values: ratios, peers: peers, bound: ct.cpu, ratio: true,
 			},
-			target{what: pairedReference + " busy %", scenario: sc.name,
-				values: ownValues(ref, func(f figures) float64 { return f.Busy }), bound: ct.busy, atLeast: true, prec: 1},
-			target{what: pairedReference + " wait p99, ms", scenario: sc.name,
-				values: ownValues(ref, func(f figures) float64 { return f.WaitP99 }), bound: ct.waitP99, prec: 2},
-			target{what: pairedReference + " wait max, ms", scenario: sc.name,
-				values: ownValues(ref, func(f figures) float64 { return f.WaitMax }), bound: ct.waitMax, prec: 2},
+			target{
+				what:     "busy %, " + ref + " less the peers' median (points)",
+				scenario: sc.name, values: busy, compared: fmt.Sprintf("median of %d peers", npeers),
+				bound: 0, atLeast: true, prec: 1,
+			},
 		)
+		p99 := target{
+			what:     "wait p99 ms, " + ref,
+			scenario: sc.name, values: ownValues(own, func(f figures) float64 { return f.WaitP99 }),
+			compared: "- (absolute)", bound: ct.waitP99, prec: 2,
+		}
+		if ct.waitPerWaiter > 0 {
+			p99.bound = ct.waitPerWaiter * float64(sc.contenders())
+			p99.what += fmt.Sprintf(" (bound %d waiters × %s ms)", sc.contenders(), strconv.FormatFloat(ct.waitPerWaiter, 'f', -1, 64))
+		}
+		out = append(out, p99)
+		if ct.waitMax > 0 {
+			out = append(out, target{
+				what:     "wait max ms, " + ref,
+				scenario: sc.name, values: ownValues(own, func(f figures) float64 { return f.WaitMax }),
+				compared: "- (absolute)", bound: ct.waitMax, prec: 2,
+			})
+		}
 	}
 	return out
 }
@@ -246,10 +319,13 @@ func writeTargets(w io.Writer, rows []row, markdown bool) {
 	t.write(w, markdown, 2)
 	fmt.Fprintln(w)
 	for _, l := range []string{
-		"ratios are taken per round, between libraries of the same round; result: PASS when the median over rounds meets the bound, - when it cannot be computed (no peer ran)",
-		"cycle / fastest peer: per round, " + pairedReference + "'s blockRatio (median over blocks of its block median cycle / the peer's in the same block) to each peer; the largest, i.e. against the fastest peer",
-		"lowest peer: per round, the peer with the lowest Redis CPU per acquisition (per cycle) in the same scenario",
-		"compared with: how many rounds each peer was the one compared with",
+		"every comparison is taken per round, between libraries of the same round (paired: of the same blocks); result: PASS when the median over rounds meets the bound, - when it cannot be computed (no peer ran); rounds met: in how many rounds the value met the bound",
+		"cycle time / fastest peer: per round, " + pairedReference + "'s blockRatio (median over blocks of its block median cycle / the peer's in the same block) to each peer, all with the same kind of ctx; the largest, i.e. against the fastest peer",
+		"request ctx / Background ctx: per round, the median over uncontended-paired-ctx's (or -ctx-heeding's) blocks of " + pairedReference + "'s block median cycle with a request ctx / its block median cycle with context.Background() in the same block",
+		"lowest peer: per round, the peer with the lowest Redis CPU per acquisition (uncontended: per cycle) in the same scenario",
+		"busy %: per round, " + pairedReference + "'s busy % less the median of the other libraries' busy % in the same scenario and round: at least 0 means at least the peers' median",
+		"allocations per cycle: see allocs/cycle above; request ctx: " + requestTimeout.String() + " deadline, a ctx of its own for each call (see ctx above)",
+		"compared with: how many rounds each peer was the one compared with; - (absolute): the value is " + pairedReference + "'s own",
 	} {
 		if markdown {
 			fmt.Fprintln(w, "- "+l)

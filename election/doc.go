@@ -100,4 +100,13 @@
 // Campaign succeeds. [Election.Observe] then reads the leader every third
 // of the TTL, kept between 100ms and 1s, as it does whenever it has no
 // subscription; its documentation says more.
+//
+// # Observing
+//
+// A campaign is an Acquire of the Locker, reported to the Locker's
+// Observer (see [fencedlock.WithObserver]) with the call
+// observe.CallCampaign, and so is the end of its term: the fencedotel
+// module counts it apart from ordinary locks, and makes of it the metrics
+// fencedlock.election.leader (1 while this process leads the election)
+// and fencedlock.election.terms (by outcome, resigned or lost).
 package election

@@ -15,6 +15,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // DefaultTTL is the leader's lease when no WithTTL is given.
@@ -129,6 +130,7 @@ type Election struct {
 	heartbeat time.Duration // 0: a third of ttl
 	err       error         // why the election cannot work, from New
 	client    redis.UniversalClient
+	heeds     bool // client ends round trips at ctx deadlines: see call.Heeds
 	lockKey   string
 	record    string
 	channel   string
@@ -167,6 +169,7 @@ func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	e.err = e.validate()
 	if e.err == nil {
 		e.client = locker.Client()
+		e.heeds = call.Heeds(e.client)
 		e.lockKey, _ = locker.Key(name, "lock") // validate checked name
 		e.record, _ = locker.Key(name, "leader")
 		e.channel, _ = locker.Key(name, "leaders")
@@ -285,7 +288,7 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+			n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
 				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
@@ -330,11 +333,11 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	lock, err := e.locker.Acquire(ctx, e.name, e.ttl, fencedlock.WithHeartbeat(e.heartbeat))
+	lock, err := e.locker.Acquire(ctx, e.name, e.ttl, fencedlock.WithHeartbeat(e.heartbeat), fencedlock.WithCall(observe.CallCampaign))
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	n, err := call.Bounded(ctx, func(ctx context.Context) (int64, error) {
+	n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
 		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
@@ -398,7 +401,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // lookup reads the leader: the lock's holder, and its value when the
 // record is the holder's (recorded).
 func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
-	res, err := call.Bounded(ctx, func(ctx context.Context) ([]any, error) {
+	res, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) ([]any, error) {
 		return leaderScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record)).Slice()
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // elCampaign starts Campaign in a goroutine.
@@ -491,5 +492,32 @@ func TestLeaderFallsBackToTheLockHolder(t *testing.T) {
 		require.ErrorIs(t, err, election.ErrNoLeader)
 		cancel()
 		elNoGoroutinesLeft(t)
+	})
+}
+
+// A campaign is reported to the Locker's Observer as an acquire whose
+// call is observe.CallCampaign, and so is the end of its term: an
+// Observer tells a standby's long wait apart from the waits of ordinary
+// locks.
+func TestCampaignIsReportedAsACampaign(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		var mu sync.Mutex
+		calls := map[observe.Kind][]observe.Call{}
+		obs := observe.Func(func(ctx context.Context, e observe.Event) context.Context {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[e.Kind] = append(calls[e.Kind], e.Call)
+			return ctx
+		})
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+		term, err := election.New(l, "reported").Campaign(ctx, "me")
+		require.NoError(t, err)
+		require.NoError(t, term.Resign(ctx))
+		mu.Lock()
+		defer mu.Unlock()
+		for _, kind := range []observe.Kind{observe.AcquireStart, observe.AcquireEnd, observe.LockEnd} {
+			assert.Equal(t, []observe.Call{observe.CallCampaign}, calls[kind], "%v", kind)
+		}
 	})
 }

@@ -21,7 +21,8 @@ import (
 
 // One Observer for the Locker and the store: a Do that updates the store
 // with its token records an acquire, a hold, an accepted fence (Update's
-// fenced read) and an accepted write. A real program passes its own
+// fenced read) and an accepted write. The counters, and the gauges, show
+// zero from the start for every outcome (and call) they can have. A real program passes its own
 // MeterProvider, or none to use the global one.
 func Example() {
 	mr := miniredis.NewMiniRedis()
@@ -76,11 +77,22 @@ func Example() {
 		fmt.Println(line)
 	}
 	// Output:
-	// fencedlock.acquire.duration [s] {fencedlock.outcome=acquired} count=1
+	// fencedlock.acquire.duration [s] {fencedlock.call=do,fencedlock.outcome=acquired} count=1
+	// fencedlock.election.terms [{term}] {fencedlock.outcome=lost} value=0
+	// fencedlock.election.terms [{term}] {fencedlock.outcome=resigned} value=0
 	// fencedlock.lock.held [{lock}] {} value=0
 	// fencedlock.lock.hold.duration [s] {} count=1
+	// fencedlock.lock.lost [{lock}] {} value=0
+	// fencedlock.lock.refresh.failures [{refresh}] {} value=0
 	// fencedlock.store.fences [{fence}] {fencedlock.outcome=accepted} value=1
+	// fencedlock.store.fences [{fence}] {fencedlock.outcome=error} value=0
+	// fencedlock.store.fences [{fence}] {fencedlock.outcome=stale} value=0
 	// fencedlock.store.writes [{write}] {fencedlock.outcome=accepted} value=1
+	// fencedlock.store.writes [{write}] {fencedlock.outcome=error} value=0
+	// fencedlock.store.writes [{write}] {fencedlock.outcome=stale} value=0
+	// fencedlock.waiters [{waiter}] {fencedlock.call=acquire} value=0
+	// fencedlock.waiters [{waiter}] {fencedlock.call=campaign} value=0
+	// fencedlock.waiters [{waiter}] {fencedlock.call=do} value=0
 }
 
 func exampleAttrs(set attribute.Set) string {

@@ -23,6 +23,14 @@ var (
 	otError       = fencedotel.AttrOutcome.String("error")
 	otAccepted    = fencedotel.AttrOutcome.String("accepted")
 	otStale       = fencedotel.AttrOutcome.String("stale")
+	otTimeout     = fencedotel.AttrOutcome.String("timeout")
+	otCanceled    = fencedotel.AttrOutcome.String("canceled")
+	otResigned    = fencedotel.AttrOutcome.String("resigned")
+	otLost        = fencedotel.AttrOutcome.String("lost")
+	otTry         = fencedotel.AttrCall.String("try")
+	otAcquire     = fencedotel.AttrCall.String("acquire")
+	otDo          = fencedotel.AttrCall.String("do")
+	otCampaign    = fencedotel.AttrCall.String("campaign")
 )
 
 // otAssertInstrument checks the kind, unit and temporality of metric name.
@@ -52,13 +60,16 @@ var (
 )
 
 // otNoResourceOrToken fails t if any data point of any metric has an
-// attribute other than fencedlock.outcome.
+// attribute other than fencedlock.outcome and fencedlock.call, and
+// fencedlock.election on the leaders.
 func otNoResourceOrToken(t *testing.T, ms map[string]metricdata.Metrics) {
 	t.Helper()
 	for name, m := range ms {
 		for _, set := range otAttrSets(t, m) {
 			for _, kv := range set.ToSlice() {
-				assert.Equal(t, fencedotel.AttrOutcome, kv.Key, "%s has the attribute %s=%s", name, kv.Key, kv.Value.String())
+				ok := kv.Key == fencedotel.AttrOutcome || kv.Key == fencedotel.AttrCall ||
+					kv.Key == fencedotel.AttrElection && name == fencedotel.MetricElectionLeader
+				assert.True(t, ok, "%s has the attribute %s=%s", name, kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -77,7 +88,7 @@ func TestMetricsAcquireAndRelease(t *testing.T) {
 
 		ms := o.metrics(t)
 		acq := otAssertInstrument(t, ms, fencedotel.MetricAcquireDuration, "s", otHistogram)
-		n, sum := otHist(t, acq, otAcquired)
+		n, sum := otHist(t, acq, otTry, otAcquired)
 		assert.Equal(t, uint64(1), n, "one acquire, acquired")
 		assert.Positive(t, sum)
 		assert.Less(t, sum, 5.0, "seconds, not milliseconds or nanoseconds")
@@ -95,17 +106,16 @@ func TestMetricsAcquireAndRelease(t *testing.T) {
 		assert.Equal(t, uint64(1), n, "one lock ended")
 		assert.GreaterOrEqual(t, sum, 0.020, "held at least the sleep, in seconds")
 		assert.Less(t, sum, 5.0, "seconds")
-		if lost, ok := ms[fencedotel.MetricLockLost]; ok {
-			v, _ := otSum(t, lost)
-			assert.Zero(t, v, "a released lock is not lost")
-		}
+		lost, ok := otSum(t, ms[fencedotel.MetricLockLost])
+		assert.True(t, ok, "no data point of the lost locks: they count from zero")
+		assert.Zero(t, lost, "a released lock is not lost")
 		otNoResourceOrToken(t, ms)
 	})
 }
 
-// Every outcome of an acquire has its own data point: acquired,
-// not_acquired (held; ctx ended while waiting), error (bad argument),
-// unavailable (no Redis).
+// Every outcome of an acquire, by call, has its own data point: acquired,
+// not_acquired (held), timeout and canceled (ctx ended while waiting, or
+// before the call), error (bad argument), unavailable (no Redis).
 func TestMetricsAcquireOutcomes(t *testing.T) {
 	b := redistest.Mini(t)
 	ctx := otCtx(t)
@@ -119,6 +129,12 @@ func TestMetricsAcquireOutcomes(t *testing.T) {
 	_, err = l.Acquire(wctx, "outcomes", time.Second)
 	cancel()
 	require.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(30*time.Millisecond, cancel)
+	err = l.Do(cctx, "outcomes", time.Second, func(context.Context, *fencedlock.Lock) error { return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = l.TryAcquire(cctx, "outcomes", time.Second)
+	require.ErrorIs(t, err, context.Canceled)
 	_, err = l.TryAcquire(ctx, "", time.Second)
 	require.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
@@ -129,14 +145,16 @@ func TestMetricsAcquireOutcomes(t *testing.T) {
 	ms := o.metrics(t)
 	acq := ms[fencedotel.MetricAcquireDuration]
 	for _, c := range []struct {
-		outcome attribute.KeyValue
-		want    uint64
-	}{{otAcquired, 1}, {otNotAcquired, 2}, {otError, 1}, {otUnavailable, 1}} {
-		n, _ := otHist(t, acq, c.outcome)
-		assert.Equal(t, c.want, n, "acquires with %s", c.outcome.Value.String())
+		call, outcome attribute.KeyValue
+	}{
+		{otTry, otAcquired}, {otTry, otNotAcquired}, {otAcquire, otTimeout}, {otDo, otCanceled},
+		{otTry, otCanceled}, {otTry, otError}, {otTry, otUnavailable},
+	} {
+		n, _ := otHist(t, acq, c.call, c.outcome)
+		assert.Equal(t, uint64(1), n, "acquires with %s, %s", c.call.Value.String(), c.outcome.Value.String())
 	}
-	assert.Len(t, otAttrSets(t, acq), 4, "one data point per outcome")
-	_, waited := otHist(t, acq, otNotAcquired)
+	assert.Len(t, otAttrSets(t, acq), 7, "one data point per call and outcome")
+	_, waited := otHist(t, acq, otAcquire, otTimeout)
 	assert.GreaterOrEqual(t, waited, 0.030, "the Acquire that waited 30ms counts its wait")
 	assert.Less(t, waited, 5.0, "in seconds")
 	v, _ := otSum(t, ms[fencedotel.MetricLockHeld])
@@ -254,7 +272,10 @@ func TestMetricsStoreFences(t *testing.T) {
 		writes := ms[fencedotel.MetricStoreWrites]
 		v, _ := otSum(t, writes, otAccepted)
 		assert.Equal(t, int64(1), v, "the accepted Update's write")
-		assert.Len(t, otAttrSets(t, writes), 1, "no write but the accepted Update's: %v", otAttrSets(t, writes))
+		for _, outcome := range []attribute.KeyValue{otStale, otError} {
+			v, _ := otSum(t, writes, outcome)
+			assert.Zero(t, v, "no write but the accepted Update's: %s", outcome.Value.String())
+		}
 		otNoResourceOrToken(t, ms)
 	})
 }
@@ -282,7 +303,7 @@ func TestMetricsResourceAttribute(t *testing.T) {
 	assert.Equal(t, int64(0), v, "alpha released")
 	v, _ = otSum(t, held, beta)
 	assert.Equal(t, int64(1), v, "beta held")
-	n, _ := otHist(t, ms[fencedotel.MetricAcquireDuration], otAcquired, beta)
+	n, _ := otHist(t, ms[fencedotel.MetricAcquireDuration], otTry, otAcquired, beta)
 	assert.Equal(t, uint64(1), n)
 	n, _ = otHist(t, ms[fencedotel.MetricLockHoldTime], alpha)
 	assert.Equal(t, uint64(1), n)

@@ -90,6 +90,9 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !c.resourceAttr {
+		m.zero()
+	}
 	tracer := c.tracerProvider.Tracer(ScopeName)
 	if tracer == nil {
 		return nil, errNoTracer
@@ -105,8 +108,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // Observe implements [observe.Observer]: it records e in the metrics,
 // and starts or ends a span. For observe.AcquireStart, ReleaseStart,
 // StoreWriteStart and StoreFenceStart it returns ctx with the
-// span it started; for every other event, ctx. Kinds of events it does
-// not know are ignored.
+// span it started; for the AcquireEnd of a granted lock, ctx with the
+// span the lock was acquired under as its span, if that span records (the
+// Lock's later events get it: see [EventRefreshFailed]); for every other
+// event, ctx. Kinds of events it does not know are ignored.
 func (o *Observer) Observe(ctx context.Context, e observe.Event) context.Context {
 	if o == nil || o.tracer == nil {
 		return ctx // nil, or not made by NewObserver
@@ -120,9 +125,16 @@ func (o *Observer) Observe(ctx context.Context, e observe.Event) context.Context
 		return o.startSpan(ctx, spanAcquire, e)
 	case observe.AcquireEnd:
 		o.m.acquireEnd(ctx, e, o.resourceAttr)
-		o.endAcquireSpan(ctx, e)
+		return o.endAcquireSpan(ctx, e)
+	case observe.WaitStart:
+		o.m.wait(ctx, e, 1, o.resourceAttr)
+	case observe.WaitEnd:
+		o.m.wait(ctx, e, -1, o.resourceAttr)
 	case observe.LockEnd:
 		o.m.lockEnd(ctx, e, o.resourceAttr)
+	case observe.RefreshFailed:
+		o.m.refreshFailed(ctx, e, o.resourceAttr)
+		refreshFailedEvent(ctx, e)
 	case observe.ReleaseStart:
 		return o.startSpan(ctx, spanRelease, e)
 	case observe.ReleaseEnd:

@@ -35,7 +35,7 @@ func TestObserverNilAndZero(t *testing.T) {
 	b := redistest.Mini(t)
 	ctx := otCtx(t)
 	for name, obs := range map[string]*fencedotel.Observer{"nil": nil, "zero": {}} {
-		for kind := observe.AcquireStart; kind <= observe.StoreFenceEnd; kind++ {
+		for kind := observe.AcquireStart; kind <= observe.WaitEnd; kind++ {
 			assert.Equal(t, ctx, obs.Observe(ctx, observe.Event{Kind: kind, Resource: "r", Token: 1}), "%s Observer, %v", name, kind)
 		}
 		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix+name), fencedlock.WithObserver(obs))
@@ -57,23 +57,31 @@ func TestObserverNilCtx(t *testing.T) {
 
 	noop, err := fencedotel.NewObserver(fencedotel.WithMeterProvider(metricnoop.NewMeterProvider()), fencedotel.WithTracerProvider(tracenoop.NewTracerProvider()))
 	require.NoError(t, err)
-	for kind := observe.AcquireStart; kind <= observe.StoreFenceEnd; kind++ {
+	for kind := observe.AcquireStart; kind <= observe.WaitEnd; kind++ {
 		//lint:ignore SA1012 a nil ctx is what this test is about
 		got := noop.Observe(nil, observe.Event{Kind: kind, Resource: "r", Token: 1})
 		assert.NotNil(t, got, "%v", kind)
 	}
 }
 
-// Kinds it does not know, and a failed refresh, record nothing and
-// return ctx.
+// Kinds it does not know record nothing and return ctx: the metrics
+// stay as they were made (all zero).
 func TestObserverIgnoresOtherKinds(t *testing.T) {
 	o := otNew(t)
 	ctx := otCtx(t)
-	for _, kind := range []observe.Kind{0, observe.RefreshFailed, 200} {
+	before := o.metrics(t)
+	for _, kind := range []observe.Kind{0, 200} {
 		got := o.obs.Observe(ctx, observe.Event{Kind: kind, Resource: "r", Token: 1, Outcome: observe.Lost, Err: errors.New("x")})
 		assert.Equal(t, ctx, got, "%v", kind)
 	}
-	assert.Empty(t, o.metrics(t), "metrics recorded")
+	after := o.metrics(t)
+	assert.Equal(t, len(before), len(after), "metrics recorded")
+	for name, m := range after {
+		for _, set := range otAttrSets(t, m) {
+			v, _ := otSum(t, m, set.ToSlice()...)
+			assert.Zero(t, v, "%s %v", name, set.ToSlice())
+		}
+	}
 	assert.Empty(t, o.spans.Started(), "spans started")
 }
 
@@ -101,7 +109,7 @@ func otCount(t *testing.T, reader *sdkmetric.ManualReader) uint64 {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name == fencedotel.MetricAcquireDuration {
-				n, _ := otHist(t, m, otAcquired)
+				n, _ := otHist(t, m, otTry, otAcquired)
 				return n
 			}
 		}
@@ -143,7 +151,7 @@ func TestNewObserverErrors(t *testing.T) {
 		want string
 	}{
 		{"nil meter", fencedotel.WithMeterProvider(otNilMeterProvider{}), "nil Meter"},
-		{"instrument refused", fencedotel.WithMeterProvider(otRefusingMeterProvider{err: refused}), "creating the instrument " + fencedotel.MetricLockHeld},
+		{"instrument refused", fencedotel.WithMeterProvider(otRefusingMeterProvider{err: refused}), "creating the instrument " + fencedotel.MetricWaiters},
 		{"nil tracer", fencedotel.WithTracerProvider(otNilTracerProvider{}), "nil Tracer"},
 	}
 	for _, c := range cases {
@@ -222,8 +230,10 @@ func TestObserverConcurrentUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := o.metrics(t)
-	n, _ := otHist(t, ms[fencedotel.MetricAcquireDuration], otAcquired)
+	n, _ := otHist(t, ms[fencedotel.MetricAcquireDuration], otDo, otAcquired)
 	assert.Equal(t, uint64(workers*rounds), n, "acquires")
+	waiting, _ := otSum(t, ms[fencedotel.MetricWaiters], otDo)
+	assert.Zero(t, waiting, "waiters left")
 	n, _ = otHist(t, ms[fencedotel.MetricLockHoldTime])
 	assert.Equal(t, uint64(workers*rounds), n, "holds")
 	held, _ := otSum(t, ms[fencedotel.MetricLockHeld])

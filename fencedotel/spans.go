@@ -24,6 +24,14 @@ const (
 // EventHandOver is the name of the span event added for a hand-over.
 const EventHandOver = "fencedlock.hand_over"
 
+// EventRefreshFailed is the name of the span event added, to the span a
+// lock was acquired under, for a failed heartbeat refresh of the lock.
+const EventRefreshFailed = "fencedlock.refresh_failed"
+
+// attrErrMessage is the attribute of EventRefreshFailed that carries the
+// error's text, under the OpenTelemetry semantic conventions' key.
+const attrErrMessage = attribute.Key("exception.message")
+
 // spanKind names the four operations that have a span.
 type spanKind uint8
 
@@ -44,7 +52,13 @@ var spanNames = [...]string{spanAcquire: SpanAcquire, spanRelease: SpanRelease, 
 type spanKey struct{ kind spanKind }
 
 // spanKeys are an Observer's keys, by kind of operation.
-type spanKeys [len(spanNames)]*spanKey
+// The last one, keys[len(spanNames)], keeps the span an acquire was
+// called under, when that span records.
+type spanKeys [len(spanNames) + 1]*spanKey
+
+// underAcquire is the index of the key of the span an acquire was
+// called under.
+const underAcquire = len(spanNames)
 
 func newSpanKeys() spanKeys {
 	var k spanKeys
@@ -60,9 +74,13 @@ func newSpanKeys() spanKeys {
 // kind too, to be ended by the end event; one that does not (a no-op
 // tracer, or not sampled) needs neither, which spares their cost.
 func (o *Observer) startSpan(ctx context.Context, kind spanKind, e observe.Event) context.Context {
+	under := trace.SpanFromContext(ctx)
 	ctx, span := o.tracer.Start(ctx, spanNames[kind])
 	if span == nil || !span.IsRecording() {
 		return ctx
+	}
+	if kind == spanAcquire && under.IsRecording() {
+		ctx = context.WithValue(ctx, o.keys[underAcquire], under)
 	}
 	var attrs [3]attribute.KeyValue
 	attrs[0] = AttrResource.String(e.Resource)
@@ -87,11 +105,17 @@ func (o *Observer) ownSpan(ctx context.Context, kind spanKind) (trace.Span, bool
 }
 
 // endAcquireSpan ends the acquire span with the outcome, the wait and,
-// when granted, the token; a failure sets the error status.
-func (o *Observer) endAcquireSpan(ctx context.Context, e observe.Event) {
+// when granted, the token; a failure sets the error status. For a
+// granted lock, it returns ctx with the span the acquire was called
+// under, if it records, as its span: the ctx of the Lock's later events.
+func (o *Observer) endAcquireSpan(ctx context.Context, e observe.Event) context.Context {
 	span, ok := o.ownSpan(ctx, spanAcquire)
 	if !ok {
-		return
+		return ctx
+	}
+	defer span.End()
+	if under, ok := ctx.Value(o.keys[underAcquire]).(trace.Span); ok && e.Outcome == observe.Acquired {
+		ctx = trace.ContextWithSpan(ctx, under)
 	}
 	span.SetAttributes(
 		AttrOutcome.String(e.Outcome.String()),
@@ -101,7 +125,7 @@ func (o *Observer) endAcquireSpan(ctx context.Context, e observe.Event) {
 		span.SetAttributes(tokenAttr(e.Token))
 	}
 	setErr(span, e.Err)
-	span.End()
+	return ctx
 }
 
 // endReleaseSpan ends the release span, with the error status when the
@@ -137,6 +161,21 @@ func handOverEvent(ctx context.Context, e observe.Event) {
 		return
 	}
 	span.AddEvent(EventHandOver, trace.WithAttributes(tokenAttr(e.Token)))
+}
+
+// refreshFailedEvent adds a span event for a failed heartbeat refresh to
+// the span in ctx: the span the lock was acquired under (see
+// endAcquireSpan), if it records.
+func refreshFailedEvent(ctx context.Context, e observe.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{tokenAttr(e.Token), AttrTTL.Int64(e.TTL.Milliseconds())}
+	if e.Err != nil {
+		attrs = append(attrs, attrErrMessage.String(e.Err.Error()))
+	}
+	span.AddEvent(EventRefreshFailed, trace.WithAttributes(attrs...))
 }
 
 // setErr records err on span and sets its status to Error; a nil err

@@ -161,7 +161,7 @@ func TestSpansFailures(t *testing.T) {
 		acqs = o.ended(fencedotel.SpanAcquire)
 		require.Len(t, acqs, 3)
 		waited := acqs[2]
-		otAssertAttr(t, waited, fencedotel.AttrOutcome, attribute.StringValue("not_acquired"))
+		otAssertAttr(t, waited, fencedotel.AttrOutcome, attribute.StringValue("timeout"))
 		assert.Equal(t, codes.Error, waited.Status().Code)
 		wait, ok := otAttr(waited, fencedotel.AttrWait)
 		require.True(t, ok, "no wait attribute")

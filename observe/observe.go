@@ -1,7 +1,7 @@
 // Package observe is what a fencedlock.Locker, and a Store wrapped by
-// fencedlock.ObserveStore, tell an Observer: acquires, releases, hand-overs,
-// the end of each Lock, failed heartbeat refreshes, and store writes and
-// fences. It is the hook for metrics and tracing: the fencedotel module
+// fencedlock.ObserveStore, tell an Observer: acquires, the waits in them,
+// releases, hand-overs, the end of each Lock, failed heartbeat refreshes,
+// and store writes and fences. It is the hook for metrics and tracing: the fencedotel module
 // turns the events into OpenTelemetry metrics and spans.
 //
 //	locker := fencedlock.New(client, fencedlock.WithObserver(observe.Func(
@@ -50,6 +50,7 @@ func (f Func) Observe(ctx context.Context, e Event) context.Context { return f(c
 // set depends on Kind: see the Kind constants.
 type Event struct {
 	Kind     Kind
+	Call     Call // the call that acquires, or acquired, the lock; zero for other events
 	Resource string
 	Token    uint64 // a fencedlock.Token; 0: none
 	TTL      time.Duration
@@ -64,20 +65,24 @@ type Kind uint8
 // The kinds of events. The fields each one sets are listed; the others
 // are zero.
 const (
-	// AcquireStart: TryAcquire or Acquire was called (Do calls Acquire).
-	// Resource, TTL.
+	// AcquireStart: TryAcquire or Acquire was called (Do and package
+	// election's Campaign call Acquire). Call, Resource, TTL.
 	AcquireStart Kind = iota + 1
-	// AcquireEnd: TryAcquire or Acquire returns. Resource, TTL, Outcome
-	// (Acquired, NotAcquired, Unavailable or Failed), Duration (from the
-	// call to its return: the wait), Token when acquired, Err when not.
+	// AcquireEnd: TryAcquire or Acquire returns. Call, Resource, TTL,
+	// Outcome (Acquired, NotAcquired, Timeout, Canceled, Unavailable or
+	// Failed), Duration (from the call to its return: the wait), Token
+	// when acquired, Err when not.
 	AcquireEnd
-	// LockEnd: a Lock that was acquired is no longer held. Resource,
-	// Token, Outcome (Released or Lost), Duration (from the grant to the
-	// end), Err (fencedlock.ErrReleased, or why it was lost).
+	// LockEnd: a Lock that was acquired is no longer held. Call (the
+	// call that acquired it), Resource, Token, Outcome (Released or
+	// Lost), Duration (from the grant to the end), Err
+	// (fencedlock.ErrReleased, or why it was lost).
 	LockEnd
-	// RefreshFailed: a heartbeat's Refresh failed and will be tried again
-	// while the lock is certainly held. Resource, Token, TTL, Err. (A
-	// Refresh that finds the lock lost ends it: LockEnd.)
+	// RefreshFailed: a heartbeat's Refresh failed without Redis answering
+	// that the lock is gone: it is tried again while the lock is
+	// certainly held, and the Lock ends lost (LockEnd) when its lease runs
+	// out first. Resource, Token, TTL, Err. (A Refresh that finds the
+	// lock gone ends it: LockEnd.)
 	RefreshFailed
 	// ReleaseStart: Release was called. Resource, Token.
 	ReleaseStart
@@ -102,6 +107,14 @@ const (
 	// (Accepted when the fence is at the token, Stale or Failed),
 	// Duration, Err.
 	StoreFenceEnd
+	// WaitStart: an Acquire begins to wait: its first attempt was
+	// refused, or it queued behind another goroutine of the Locker
+	// waiting for the same resource. Call, Resource, TTL. Each WaitStart
+	// is followed by one WaitEnd, before the Acquire's AcquireEnd.
+	WaitStart
+	// WaitEnd: the wait of WaitStart is over, granted or not. Call,
+	// Resource, TTL, Duration (from WaitStart).
+	WaitEnd
 )
 
 var kindNames = [...]string{
@@ -116,6 +129,8 @@ var kindNames = [...]string{
 	StoreWriteEnd:   "store_write_end",
 	StoreFenceStart: "store_fence_start",
 	StoreFenceEnd:   "store_fence_end",
+	WaitStart:       "wait_start",
+	WaitEnd:         "wait_end",
 }
 
 // String returns the kind's name in snake case, e.g. "acquire_end".
@@ -135,8 +150,8 @@ const (
 	None Outcome = iota // the event has no outcome
 	// Acquired: the lock was granted.
 	Acquired
-	// NotAcquired: Redis answered that the lock is held, or ctx ended
-	// while waiting (fencedlock.ErrNotAcquired).
+	// NotAcquired: Redis answered that the lock is held
+	// (fencedlock.ErrNotAcquired).
 	NotAcquired
 	// Unavailable: Redis could not be reached or did not answer
 	// (fencedlock.ErrUnavailable).
@@ -152,6 +167,14 @@ const (
 	Accepted
 	// Stale: the store refused the token (fencedlock.ErrStaleToken).
 	Stale
+	// Timeout: the ctx of the acquire reached its deadline before the
+	// lock was granted, while Redis said it was held or before the call
+	// (fencedlock.ErrNotAcquired and context.DeadlineExceeded).
+	Timeout
+	// Canceled: the ctx of the acquire was canceled before the lock was
+	// granted (context.Canceled, and fencedlock.ErrNotAcquired when
+	// Redis had said the lock was held).
+	Canceled
 )
 
 var outcomeNames = [...]string{
@@ -164,6 +187,8 @@ var outcomeNames = [...]string{
 	Lost:        "lost",
 	Accepted:    "accepted",
 	Stale:       "stale",
+	Timeout:     "timeout",
+	Canceled:    "canceled",
 }
 
 // String returns the outcome's name in snake case, e.g. "not_acquired".
@@ -172,4 +197,27 @@ func (o Outcome) String() string {
 		return outcomeNames[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Call is the call that acquires a lock: the value of the
+// fencedlock.call attribute of fencedotel's acquire metric.
+type Call uint8
+
+// The calls that acquire a lock.
+const (
+	CallNone     Call = iota // the event is not about an acquire
+	CallTry                  // Locker.TryAcquire
+	CallAcquire              // Locker.Acquire
+	CallDo                   // Locker.Do
+	CallCampaign             // election.Campaign, and so election.Run
+)
+
+var callNames = [...]string{CallNone: "none", CallTry: "try", CallAcquire: "acquire", CallDo: "do", CallCampaign: "campaign"}
+
+// String returns the call's name: "try", "acquire", "do", "campaign".
+func (c Call) String() string {
+	if int(c) < len(callNames) {
+		return callNames[c]
+	}
+	return "Call(" + strconv.Itoa(int(c)) + ")"
 }

@@ -16,11 +16,20 @@ func TestOutcomeAndKindNames(t *testing.T) {
 		observe.Unavailable: "unavailable", observe.Failed: "error",
 		observe.Released: "released", observe.Lost: "lost",
 		observe.Accepted: "accepted", observe.Stale: "stale",
+		observe.Timeout: "timeout", observe.Canceled: "canceled",
 		observe.Outcome(200): "Outcome(200)",
 	} {
 		assert.Equal(t, want, o.String())
 	}
+	for c, want := range map[observe.Call]string{
+		observe.CallNone: "none", observe.CallTry: "try", observe.CallAcquire: "acquire",
+		observe.CallDo: "do", observe.CallCampaign: "campaign", observe.Call(9): "Call(9)",
+	} {
+		assert.Equal(t, want, c.String())
+	}
 	assert.Equal(t, "acquire_end", observe.AcquireEnd.String())
+	assert.Equal(t, "wait_start", observe.WaitStart.String())
+	assert.Equal(t, "wait_end", observe.WaitEnd.String())
 	assert.Equal(t, "Kind(0)", observe.Kind(0).String())
 	assert.Equal(t, "Kind(99)", observe.Kind(99).String())
 }
@@ -43,7 +52,7 @@ func TestFunc(t *testing.T) {
 // Every kind up to the last has a name of its own.
 func TestKindNamesAreDistinct(t *testing.T) {
 	seen := map[string]observe.Kind{}
-	for k := observe.AcquireStart; k <= observe.StoreFenceEnd; k++ {
+	for k := observe.AcquireStart; k <= observe.WaitEnd; k++ {
 		name := k.String()
 		assert.NotContains(t, name, "Kind(", "kind %d has no name", k)
 		if prev, ok := seen[name]; ok {

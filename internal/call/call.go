@@ -17,28 +17,88 @@ import (
 )
 
 // Bounded runs f, one round trip to Redis, and returns its result, or
-// ctx's error as soon as ctx ends, whichever comes first. go-redis heeds
-// a ctx deadline only when its client sets ContextTimeoutEnabled, and a
-// cancelled ctx not at all while it waits for a reply: so f runs in a
+// ctx's error as soon as ctx ends, whichever comes first. When ctx had
+// ended before, f is not run and the error is a *NotSentError.
+//
+// heeds says that the client ends a round trip at ctx's deadline by
+// itself (see Heeds). Then, when ctx has a deadline, f runs on the
+// caller's goroutine: the client sets its connection's deadlines from
+// ctx's, so f returns by then, and its timeout is reported as ctx's
+// error. A cancel before the deadline is then noticed when the round trip
+// ends, which the deadline bounds. Otherwise (a client that heeds no ctx,
+// or a ctx that can be cancelled but has no deadline) f runs in a
 // goroutine of its own, which the client's own timeouts end after the
-// caller has returned. f gets ctx, so that the client stops as soon as
-// it looks at ctx. When ctx had ended before, f is not run and the error
-// is a *NotSentError.
-func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+// caller has returned. f gets ctx, so that the client stops as soon as it
+// looks at ctx.
+func Bounded[T any](ctx context.Context, heeds bool, f func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := Err(ctx); err != nil {
 		return zero, &NotSentError{err}
 	}
-	if ctx.Done() == nil { // never ends: no need for a goroutine
-		return f(ctx)
+	if deadline, here := onCaller(ctx, heeds); here {
+		v, err := f(ctx)
+		if err = timedOut(ctx, deadline, err); err != nil {
+			return zero, err
+		}
+		return v, nil
 	}
+	return apart(ctx, f, func(ctx context.Context, f func(context.Context) (T, error)) (T, error) { return f(ctx) })
+}
+
+// BoundedOn is Bounded for f(ctx, a). f should be a function, not a
+// closure, and a a value: then a round trip that runs on the caller's
+// goroutine (ctx that never ends, or a client that heeds its deadline)
+// allocates nothing for the call, which is what the uncontended acquire
+// and release use it for.
+func BoundedOn[A, T any](ctx context.Context, heeds bool, a A, f func(context.Context, A) (T, error)) (T, error) {
+	var zero T
+	if err := Err(ctx); err != nil {
+		return zero, &NotSentError{err}
+	}
+	if deadline, here := onCaller(ctx, heeds); here {
+		v, err := f(ctx, a)
+		if err = timedOut(ctx, deadline, err); err != nil {
+			return zero, err
+		}
+		return v, nil
+	}
+	return apart(ctx, a, f)
+}
+
+// onCaller reports whether a round trip under ctx runs on the caller's
+// goroutine: ctx never ends, or the client heeds its deadline. deadline
+// is ctx's, if it has one.
+func onCaller(ctx context.Context, heeds bool) (deadline time.Time, here bool) {
+	if ctx.Done() == nil {
+		return time.Time{}, true
+	}
+	deadline, ok := ctx.Deadline()
+	return deadline, heeds && ok
+}
+
+// timedOut returns err, the error of a round trip run on the caller's
+// goroutine, or ctx's error when it is the connection's timeout at ctx's
+// deadline.
+func timedOut(ctx context.Context, deadline time.Time, err error) error {
+	if err == nil || deadline.IsZero() || IsReply(err) || time.Now().Before(deadline) {
+		return err
+	}
+	// The connection's deadline is ctx's: its timeout may come a moment
+	// before ctx's own timer has fired.
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// apart runs f(ctx, a) in a goroutine of its own, and returns its result,
+// or ctx's error as soon as ctx ends.
+func apart[A, T any](ctx context.Context, a A, f func(context.Context, A) (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := f(ctx)
+		v, err := f(ctx, a)
 		ch <- result{v, err}
 	}()
 	select {
@@ -49,9 +109,29 @@ func Bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 		case r := <-ch: // the answer came with the end of ctx
 			return r.v, r.err
 		default:
+			var zero T
 			return zero, ctx.Err()
 		}
 	}
+}
+
+// Heeds reports whether client ends every round trip at its ctx's
+// deadline by itself: a *redis.Client (a Sentinel failover client is
+// one), *redis.ClusterClient or *redis.Ring made with
+// ContextTimeoutEnabled. go-redis then bounds each read and write by the
+// earlier of its own timeout and ctx's deadline, and its waits for a
+// connection and between retries by ctx. For any other client, Heeds
+// says false.
+func Heeds(client any) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // NotSentError is Bounded's error when ctx had ended before anything was

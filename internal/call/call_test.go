@@ -18,14 +18,14 @@ import (
 // Bounded returns f's result, or ctx's error as soon as ctx ends, and
 // sends nothing once ctx has ended.
 func TestBounded(t *testing.T) {
-	v, err := Bounded(context.Background(), func(context.Context) (int, error) { return 7, nil })
+	v, err := Bounded(context.Background(), false, func(context.Context) (int, error) { return 7, nil })
 	require.NoError(t, err)
 	assert.Equal(t, 7, v)
 
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	ran := false
-	_, err = Bounded(ended, func(context.Context) (int, error) { ran = true; return 0, nil })
+	_, err = Bounded(ended, false, func(context.Context) (int, error) { ran = true; return 0, nil })
 	var ns *NotSentError
 	require.ErrorAs(t, err, &ns)
 	assert.ErrorIs(t, err, context.Canceled)
@@ -37,10 +37,93 @@ func TestBounded(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	start := time.Now()
-	_, err = Bounded(ctx, func(context.Context) (int, error) { <-release; return 1, nil })
+	_, err = Bounded(ctx, false, func(context.Context) (int, error) { <-release; return 1, nil })
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), time.Second, "Bounded waited for f past ctx")
 	assert.False(t, Unsent(err), "f may have sent its command")
+}
+
+// With a client that heeds deadlines and a ctx that has one, Bounded runs
+// f on the caller's goroutine (no goroutine, no allocation) and reports
+// the connection's timeout at the deadline as ctx's error; a ctx that can
+// only be cancelled still gets a goroutine, so that the cancel is heeded
+// at once.
+func TestBoundedHeeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	f := func(context.Context) (int, error) { return 7, nil }
+	allocs := testing.AllocsPerRun(100, func() {
+		if v, err := Bounded(ctx, true, f); v != 7 || err != nil {
+			t.Fatalf("Bounded = %d, %v", v, err)
+		}
+	})
+	assert.Zero(t, allocs, "Bounded started a goroutine although the client heeds ctx's deadline")
+	allocs = testing.AllocsPerRun(100, func() { _, _ = Bounded(ctx, false, f) })
+	assert.NotZero(t, allocs, "without heeds, f must run in a goroutine of its own")
+
+	// The connection's deadline is ctx's: its timeout comes back as ctx's
+	// error, and a reply that came is kept.
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	timeout := &net.OpError{Op: "read", Err: errTimeout{}}
+	_, err := Bounded(short, true, func(ctx context.Context) (int, error) {
+		d, _ := ctx.Deadline()
+		time.Sleep(time.Until(d))
+		return 0, timeout
+	})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, Unsent(err), "f may have sent its command")
+	_, err = Bounded(short, true, func(context.Context) (int, error) { return 0, replyErr("ERR late") })
+	var ns *NotSentError
+	assert.ErrorAs(t, err, &ns, "ctx had ended: nothing may be sent")
+	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLong()
+	_, err = Bounded(long, true, func(context.Context) (int, error) { return 0, replyErr("ERR refused") })
+	assert.EqualError(t, err, "ERR refused")
+	_, err = Bounded(long, true, func(context.Context) (int, error) { return 0, timeout })
+	assert.Same(t, timeout, err, "the client's own timeout, before ctx's deadline, is the client's error")
+
+	// Cancel without a deadline: f runs apart, and Bounded returns at the
+	// cancel.
+	cancellable, cancelNow := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	defer close(release)
+	time.AfterFunc(20*time.Millisecond, cancelNow)
+	start := time.Now()
+	_, err = Bounded(cancellable, true, func(context.Context) (int, error) { <-release; return 1, nil })
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), time.Second, "Bounded waited for f past the cancel")
+}
+
+type errTimeout struct{}
+
+func (errTimeout) Error() string   { return "i/o timeout" }
+func (errTimeout) Timeout() bool   { return true }
+func (errTimeout) Temporary() bool { return true }
+
+// Heeds is true only for go-redis clients made with ContextTimeoutEnabled.
+func TestHeeds(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client any
+		want   bool
+	}{
+		{"client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), false},
+		{"client heeding", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), true},
+		{"failover heeding", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), false},
+		{"cluster heeding", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"ring heeding", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+		{"nil client", (*redis.Client)(nil), false},
+		{"nil", nil, false},
+		{"other", struct{}{}, false},
+	} {
+		assert.Equal(t, c.want, Heeds(c.client), c.name)
+		if cl, ok := c.client.(interface{ Close() error }); ok && c.client != (*redis.Client)(nil) {
+			_ = cl.Close()
+		}
+	}
 }
 
 // Err wraps ctx's cause when it says more than ctx's error; Cause tells

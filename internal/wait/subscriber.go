@@ -374,7 +374,7 @@ func (r *Room) probe(ctx context.Context) kind {
 		return refused
 	}
 	r.mu.Unlock()
-	_, err := call.Bounded(ctx, func(ctx context.Context) (any, error) {
+	_, err := call.Bounded(ctx, r.heeds, func(ctx context.Context) (any, error) {
 		return r.client.Do(ctx, "PUBSUB", "SHARDNUMSUB").Result()
 	})
 	var mode kind
@@ -392,9 +392,27 @@ func (r *Room) probe(ctx context.Context) kind {
 	}
 	r.mu.Lock()
 	r.pubsub, r.pubsubAsked = mode, time.Now()
+	r.learnt.Store(int32(mode))
 	r.mu.Unlock()
 	return mode
 }
+
+// Publish returns how the scripts publish a hand-over, as far as the
+// Room has learnt (see probe): "sharded" (SPUBLISH), "classic" (PUBLISH)
+// or "" (not known: SPUBLISH, then PUBLISH should it fail), boxed for a
+// script's arguments.
+func (r *Room) Publish() any {
+	switch kind(r.learnt.Load()) {
+	case sharded:
+		return publishSharded
+	case classic:
+		return publishClassic
+	}
+	return publishUnknown
+}
+
+// The values Publish returns, boxed once.
+var publishSharded, publishClassic, publishUnknown any = "sharded", "classic", ""
 
 // confirmed records the confirmation of a subscription to channel. The
 // first releases the waiter that asked for it; a later one (after a
@@ -422,7 +440,7 @@ func (r *Room) published(s *subscriber, channel, owner string, token uint64) {
 	q := s.channels[channel]
 	r.mu.Unlock()
 	if q != nil {
-		r.Deliver(q.resource, owner, token)
+		r.Deliver(q.resource, owner, token, time.Time{})
 	}
 }
 

@@ -62,7 +62,10 @@ type Contender interface {
 	// last attempt was one. It returns err, the error the wait ends with,
 	// telling how that went.
 	GiveUp(ctx context.Context, place time.Duration, lost, lastLost bool, err error) error
-	// Refused is told of the wait's first refused attempt.
+	// Refused is told that the wait waits: of its first refused attempt,
+	// of its queueing behind another waiter of the Room, and of being
+	// held back while a Lock of its Locker holds the lock (so it may be
+	// told more than once).
 	Refused(ctx context.Context)
 }
 
@@ -105,19 +108,21 @@ type Request struct {
 // their maximum, and as soon as its subscription comes back with Redis.
 // Any other error ends it, as does ctx; c.GiveUp then cleans up.
 func (r *Room) Wait(ctx context.Context, req Request, c Contender) (uint64, time.Time, error) {
-	w := &waiter{owner: req.Owner, wake: make(chan struct{}, 1)}
+	life, _ := req.Delays.Place(req.TTL)
+	w := &waiter{owner: req.Owner, ttl: req.TTL, life: life, wake: make(chan struct{}, 1)}
 	q, first := r.join(req.Resource, req.Channel, w)
 	if !first {
+		c.Refused(ctx)
 		select {
 		case <-ctx.Done():
 			err := c.Stopped(ctx, r.heard(q))
-			r.leave(q, w)
+			r.leave(q, w, false)
 			return 0, time.Time{}, err
 		case <-w.wake:
 		}
 	}
 	token, base, err := r.contend(ctx, q, w, req, c)
-	r.leave(q, w)
+	r.leave(q, w, err == nil)
 	return token, base, err
 }
 
@@ -149,6 +154,11 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		st    state
 		timer *time.Timer
 		pause time.Duration // the pause after an error that means "not now"
+		fired bool          // the timer ended the last pause
+		// heard is the token of a grant heard of in a message that this
+		// waiter could not yet vouch for: it came before the reply of the
+		// release of this Locker that queued it was known.
+		heard uint64
 	)
 	defer func() {
 		if timer != nil {
@@ -159,22 +169,60 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		if call.Ended(ctx) != nil {
 			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		}
-		// A grant handed over by a release came after the refused attempt
-		// ran (its token is above the floor that attempt saw), so it lasts
-		// at least until refused+ttl. One that came too late to be sure
-		// the lock is still there is checked by the attempt below: its
-		// script returns the grant, renewed, if it is still this waiter's.
-		if t := r.takeGrant(w); t != 0 && time.Since(st.refused) < certainFor(req.TTL) {
+		// A grant in the reply of this Locker's own release is measured
+		// from before that release was sent. One handed over by another's
+		// release came after the refused attempt ran (its token is above
+		// the floor that attempt saw), so it lasts at least until
+		// refused+ttl. One that came too late to be sure the lock is still
+		// there is checked by the attempt below: its script returns the
+		// grant, renewed, if it is still this waiter's.
+		if t, at := r.takeGrant(w); t != 0 && !at.IsZero() {
+			return t, at, nil
+		} else if t != 0 && time.Since(st.refused) < certainFor(req.TTL) {
 			return t, st.refused, nil
+		} else if t != 0 {
+			heard = t
 		}
 		select {
 		case <-w.wake:
 		default:
 		}
-		sent := time.Now()
-		a, err := c.Attempt(ctx, life)
 		wait := renew
+		var (
+			a    Answer
+			err  error
+			sent = time.Now()
+		)
+		at, floor, do := r.next(q, w, &st, fired)
+		switch do {
+		case queued:
+			// Queued by this Locker's release, as a refused attempt sent
+			// at at would have queued it. A grant heard of before this
+			// was known came after that release if its token is above
+			// the one that release granted: it lasts until at+TTL at
+			// least. Any other is checked by an attempt, at once.
+			sent, a = at, Answer{Wait: -1, Floor: floor}
+			if heard > floor && time.Since(at) < certainFor(req.TTL) {
+				return heard, at, nil
+			}
+			if heard != 0 {
+				wait = 0
+			}
+			heard = 0
+		case hold:
+			if !at.IsZero() {
+				wait = min(wait, time.Until(at)+time.Millisecond)
+			}
+		case attempt:
+			a, err = c.Attempt(ctx, life)
+			r.attempted(w, err == nil && a.Granted)
+			heard = 0 // the attempt found out whether it was still this waiter's
+		}
 		switch {
+		case do == hold:
+			if st.refused.IsZero() {
+				c.Refused(ctx) // held back: the wait waits, as if refused
+			}
 		case err != nil && call.Ended(ctx) != nil && st.answered():
 			// Cut short by ctx: what Redis last answered stands, and
 			// the attempt may yet run.
@@ -215,11 +263,13 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		if !st.refused.IsZero() {
 			ready = r.subscribe(ctx, q)
 		}
+		fired = false
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
 		case <-ready:
 		case <-timer.C:
+			fired = true
 		}
 		if !timer.Stop() {
 			select {
@@ -245,8 +295,18 @@ func (r *Room) quit(ctx context.Context, q *queue, w *waiter, life time.Duration
 	if err == nil {
 		err = c.Stopped(ctx, r.heard(q))
 	}
-	r.leave(q, w)
-	if t := r.takeGrant(w); st.refused.IsZero() && !st.lost && t == 0 {
+	r.leave(q, w, false)
+	// What a release of this Locker told w before it left is for w to
+	// undo: the release undoes what it tells w after.
+	t, at := r.takeGrant(w)
+	queuedAt, unsure := r.takeLeft(w)
+	st.lost = st.lost || unsure
+	for _, at := range [...]time.Time{at, queuedAt} {
+		if st.refused.IsZero() && !at.IsZero() {
+			st.refused = at
+		}
+	}
+	if st.refused.IsZero() && !st.lost && t == 0 {
 		return withCtx(ctx, err)
 	}
 	return withCtx(ctx, c.GiveUp(ctx, place(life, st), st.lost, st.unanswered, err))
@@ -285,11 +345,15 @@ func withCtx(ctx context.Context, err error) error {
 // concurrent use.
 type Room struct {
 	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
 	log    Log
-	warned atomic.Bool // the Warn that Redis refused pub/sub was logged
+	warned atomic.Bool  // the Warn that Redis refused pub/sub was logged
+	learnt atomic.Int32 // pubsub, for reading without mu
 
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
+	holding     map[string]*holding    // what Locks of this Locker hold (see Room.Hold)
+	sweepAt     int                    // the size of holding at which Hold next drops what ran out
 	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
 	pubsub      kind                   // learnt by probe
 	pubsubAsked time.Time              // when pubsub was learnt
@@ -306,7 +370,7 @@ type Log struct {
 
 // New returns the empty Room of a Locker on client.
 func New(client redis.UniversalClient, log Log) *Room {
-	return &Room{client: client, log: log}
+	return &Room{client: client, heeds: call.Heeds(client), log: log}
 }
 
 // Linger is how long a resource's channel stays subscribed after its last
@@ -321,6 +385,16 @@ func (r *Room) FirstRefused(resource string) bool {
 	defer r.mu.Unlock()
 	q := r.queues[resource]
 	return q != nil && len(q.waiters) > 0 && q.waiters[0].floor != 0
+}
+
+// FirstHeldBack reports whether the first waiter for resource waits,
+// without an attempt in Redis, for the release of a Lock of this Locker,
+// for tests.
+func (r *Room) FirstHeldBack(resource string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.first(resource)
+	return w != nil && !w.attempt && w.floor == 0 && !r.heldUntil(resource).IsZero() && r.queues[resource].heard
 }
 
 // FirstSubscribed returns the owner of the first waiter for resource,
@@ -357,25 +431,258 @@ func (r *Room) debug(msg string, attrs ...any) {
 }
 
 // Deliver delivers a grant that a release handed to owner with token on
-// resource, when owner is the first waiter of its queue: the release's
-// reply (when this Locker released) or its published message carried it.
-func (r *Room) Deliver(resource, owner string, token uint64) {
+// resource, when owner is the first waiter of its queue. at is zero for a
+// grant heard of in a message, which may be late (see waiter.late); for
+// one in the reply of this Locker's own release, the time before that
+// release was sent: the grant is certain, and measured from then.
+func (r *Room) Deliver(resource, owner string, token uint64, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q := r.queues[resource]
-	if q == nil || len(q.waiters) == 0 {
+	w := r.first(resource)
+	if w == nil || w.owner != owner || w.granted != 0 {
 		return
 	}
-	w := q.waiters[0]
-	if w.granted != 0 || w.owner != owner {
+	if at.IsZero() && w.promised && w.floor == 0 {
+		// Only the release this waiter is promised to can have queued
+		// it: the grant is for that place, made by a release that came
+		// after it. Queued decides once the floor is known.
+		w.early = token
 		return
 	}
-	if !w.late(token) {
-		w.granted = token
+	if !at.IsZero() || !w.late(token) {
+		w.granted, w.grantedAt = token, at
 	}
 	// A late grant still wakes the waiter: its next attempt finds out
 	// whether the grant is still its own.
 	w.nudge()
+}
+
+// Candidate is the first waiter of a Locker for a resource, promised to
+// a release of that Locker's Lock on the resource, which may hand it the
+// lock or queue it in Redis. A promised waiter makes no attempt of its
+// own until the release tells it the outcome, with exactly one of
+// Granted, Queued, Unused or Unsure. Its Owner is "" when there is none.
+type Candidate struct {
+	Owner string        // its owner nonce, with its ':'
+	TTL   time.Duration // the TTL it asks for
+	Life  time.Duration // the life of its place in the Redis queue, should it be queued
+	w     *waiter
+}
+
+// Candidate promises the first waiter for resource to a release, unless
+// it has none, or its first waiter is sending an attempt or has a grant
+// or a place it has not taken up yet.
+func (r *Room) Candidate(resource string) Candidate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.first(resource)
+	if w == nil || w.promised || w.attempt || w.granted != 0 || !w.queuedAt.IsZero() {
+		return Candidate{}
+	}
+	w.promised = true
+	r.queues[resource].heard = true // the lock is held: by the releasing Lock
+	return Candidate{Owner: w.owner, TTL: w.ttl, Life: w.life, w: w}
+}
+
+// Granted tells c that the release, sent at at, granted it the lock with
+// token. It reports whether c still waits: when not, the caller releases
+// that lock.
+func (r *Room) Granted(c Candidate, token uint64, at time.Time) bool {
+	return r.resolve(c, func(w *waiter) { w.granted, w.grantedAt = token, at })
+}
+
+// Queued tells c that the release, sent at at, put it at the back of the
+// Redis queue, as a refused attempt sent then would have, after granting
+// the lock to another with token floor. It reports whether c still waits:
+// when not, the caller takes its place out of the queue.
+func (r *Room) Queued(c Candidate, floor uint64, at time.Time) bool {
+	return r.resolve(c, func(w *waiter) {
+		w.queuedAt, w.floor = at, floor
+		if w.early > floor && w.granted == 0 {
+			// Heard of before this outcome: a grant for the place this
+			// release gave it, which came after at.
+			w.granted, w.grantedAt = w.early, at
+		}
+	})
+}
+
+// Unsure tells c that the release may or may not have granted it the
+// lock or queued it (its reply was lost). It reports whether c still
+// waits: when not, the caller releases what c may have been granted and
+// takes its place out of the queue.
+func (r *Room) Unsure(c Candidate) bool {
+	return r.resolve(c, func(w *waiter) { w.unsure = true })
+}
+
+// Unused tells c that the release neither granted it the lock nor queued
+// it.
+func (r *Room) Unused(c Candidate) {
+	r.resolve(c, func(*waiter) {})
+}
+
+// resolve applies the outcome of a release to its candidate c, unless it
+// left meanwhile, and reports whether it still waits.
+func (r *Room) resolve(c Candidate, apply func(*waiter)) bool {
+	if c.w == nil {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := c.w
+	w.promised = false
+	defer func() { w.early = 0 }()
+	if w.gone {
+		return w.won
+	}
+	apply(w)
+	w.nudge()
+	return true
+}
+
+// Hold records that a Lock of this Locker, whose owner nonce is owner,
+// holds resource, until at most until by the local clock unless a refresh
+// extends it (Extend): while one does, the first waiter for resource makes
+// no attempt in Redis, where it would be refused, and the Lock's release
+// hands it the lock, or queues it. Unhold records the Lock's end; a Lock
+// that never ends (nobody released it) is forgotten once its own until
+// passes, whatever other Locks of the resource do.
+func (r *Room) Hold(resource, owner string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holding == nil {
+		r.holding = make(map[string]*holding)
+	}
+	now := time.Now()
+	if len(r.holding) >= r.sweepAt {
+		for res, h := range r.holding {
+			if h.prune(now).IsZero() {
+				delete(r.holding, res)
+			}
+		}
+		r.sweepAt = max(minSweep, 2*len(r.holding))
+	}
+	h := r.holding[resource]
+	if h == nil {
+		h = &holding{}
+		h.locks = h.one[:0]
+		r.holding[resource] = h
+	}
+	h.prune(now)
+	if i := h.find(owner); i >= 0 {
+		if until.After(h.locks[i].until) {
+			h.locks[i].until = until
+		}
+		return
+	}
+	h.locks = append(h.locks, heldBy{owner: owner, until: until})
+}
+
+// minSweep is the fewest resources Room.holding holds before Hold drops
+// those whose Locks were never released.
+const minSweep = 64
+
+// holding is what a Room knows of the Locks of its Locker that hold a
+// resource.
+type holding struct {
+	locks []heldBy  // each until it runs out, unless refreshed
+	one   [1]heldBy // the backing of locks while it holds one
+}
+
+// heldBy is one Lock that holds a resource: its owner nonce, and when it
+// runs out unless refreshed.
+type heldBy struct {
+	owner string
+	until time.Time
+}
+
+// prune drops the Locks of h that have run out by now, and returns when
+// the last of the others runs out; zero when none is left.
+func (h *holding) prune(now time.Time) time.Time {
+	var last time.Time
+	kept := h.locks[:0]
+	for _, l := range h.locks {
+		if now.Before(l.until) {
+			kept = append(kept, l)
+			if l.until.After(last) {
+				last = l.until
+			}
+		}
+	}
+	clear(h.locks[len(kept):])
+	h.locks = kept
+	return last
+}
+
+// find returns the index of owner's Lock in h, or -1.
+func (h *holding) find(owner string) int {
+	for i, l := range h.locks {
+		if l.owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+// Extend records that a refresh of owner's Lock, which Hold counted,
+// keeps resource until until at most.
+func (r *Room) Extend(resource, owner string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.holding[resource]; h != nil {
+		if i := h.find(owner); i >= 0 && until.After(h.locks[i].until) {
+			h.locks[i].until = until
+		}
+	}
+}
+
+// Unhold records the end of owner's Lock, which Hold counted; when none
+// holds the resource any longer, the first waiter, if it was held back,
+// asks Redis again.
+func (r *Room) Unhold(resource, owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.holding[resource]
+	if !ok {
+		return
+	}
+	if i := h.find(owner); i >= 0 {
+		last := len(h.locks) - 1
+		h.locks[i], h.locks[last] = h.locks[last], heldBy{}
+		h.locks = h.locks[:last]
+	}
+	if !h.prune(time.Now()).IsZero() {
+		return
+	}
+	delete(r.holding, resource)
+	// Only a waiter held back asks Redis again: one that has a place
+	// there already (the release queued it) would only poll.
+	if w := r.first(resource); w != nil && w.heldBack {
+		w.nudge()
+	}
+}
+
+// heldUntil returns when the Locks of this Locker that hold resource run
+// out, unless refreshed; zero when none holds it. The Room's mu is held.
+func (r *Room) heldUntil(resource string) time.Time {
+	h, ok := r.holding[resource]
+	if !ok {
+		return time.Time{}
+	}
+	until := h.prune(time.Now())
+	if until.IsZero() {
+		delete(r.holding, resource)
+	}
+	return until
+}
+
+// first returns the first waiter for resource, or nil. The Room's mu is
+// held.
+func (r *Room) first(resource string) *waiter {
+	q := r.queues[resource]
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	return q.waiters[0]
 }
 
 // pending returns ready if it is still open, else nil.
@@ -391,10 +698,22 @@ func pending(ready chan struct{}) <-chan struct{} {
 // waiter is a goroutine waiting in Wait. Its fields past wake are guarded
 // by the Room's mu.
 type waiter struct {
-	owner   string        // the owner nonce of its lock, with its ':'
-	wake    chan struct{} // a nudge: first in the queue now, or look again
-	granted uint64        // nonzero once a release handed it the lock with this token
-	floor   uint64        // every grant made before its last refused attempt has a token at or below it
+	owner string        // the owner nonce of its lock, with its ':'
+	ttl   time.Duration // the TTL it asks for
+	life  time.Duration // the life of its place in the Redis queue
+	wake  chan struct{} // a nudge: first in the queue now, or look again
+	// Guarded by the Room's mu:
+	granted   uint64    // nonzero once a release handed it the lock with this token
+	grantedAt time.Time // for a grant in this Locker's own release's reply: before that release was sent
+	floor     uint64    // every grant made before its last refused attempt has a token at or below it
+	queuedAt  time.Time // nonzero once this Locker's release queued it: before that release was sent
+	unsure    bool      // this Locker's release may have granted or queued it: its reply was lost
+	promised  bool      // a release of this Locker was given it as its candidate (see Room.Candidate)
+	early     uint64    // a grant heard of while promised, before the release's outcome was known
+	heldBack  bool      // its last step was to wait while a Lock of its Locker holds the lock
+	attempt   bool      // it is sending an attempt
+	gone      bool      // it left its queue
+	won       bool      // it left with the lock
 }
 
 // queue holds a Room's waiters for one resource, first come first
@@ -404,6 +723,7 @@ type queue struct {
 	resource string
 	channel  string // where releases that hand the lock on publish
 	waiters  []*waiter
+	one      [1]*waiter    // waiters' first backing array: most queues never hold two
 	sub      *subscriber   // nil until the first waiter is refused
 	ready    chan struct{} // closed when the subscription to channel is confirmed
 	idle     *time.Timer   // unsubscribes after the queue stays empty
@@ -437,6 +757,7 @@ func (r *Room) join(resource, channel string, w *waiter) (*queue, bool) {
 	q := r.queues[resource]
 	if q == nil {
 		q = &queue{resource: resource, channel: channel}
+		q.waiters = q.one[:0]
 		r.queues[resource] = q
 	}
 	if q.idle != nil {
@@ -448,11 +769,14 @@ func (r *Room) join(resource, channel string, w *waiter) (*queue, bool) {
 }
 
 // leave takes w out of q, if it is there, and wakes the next waiter when w
-// was first. A queue left empty is dropped, after Linger if it is
-// subscribed.
-func (r *Room) leave(q *queue, w *waiter) {
+// was first; won says that w leaves with the lock. A queue left empty is
+// dropped, after Linger if it is subscribed.
+func (r *Room) leave(q *queue, w *waiter, won bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !w.gone {
+		w.gone, w.won = true, won
+	}
 	for i, x := range q.waiters {
 		if x != w {
 			continue
@@ -477,18 +801,91 @@ func (r *Room) leave(q *queue, w *waiter) {
 	q.idle = time.AfterFunc(Linger, func() { r.unsubscribe(q, gen) })
 }
 
-// takeGrant returns the token of the grant a release handed w, or 0, and
-// forgets it. A late grant (see waiter.late) is not returned: its message
-// came after the grant had ended.
-func (r *Room) takeGrant(w *waiter) uint64 {
+// What a waiter does next (see Room.next).
+type step int
+
+const (
+	attempt step = iota // send an attempt
+	queued              // take up the place in the Redis queue a release of this Locker gave it
+	hold                // wait: its Locker holds the lock, or a release of it is deciding its fate
+)
+
+// next decides what w, the first waiter of q, does next, given what its
+// attempts learnt (st) and whether its timer ended its last pause
+// (fired). queued comes with the time and the floor of the release that
+// queued it; hold with when to look again at the latest (zero: at its
+// usual renewal).
+func (r *Room) next(q *queue, w *waiter, st *state, fired bool) (time.Time, uint64, step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := w.granted
-	w.granted = 0
-	if w.late(t) {
-		return 0
+	if w.unsure {
+		// A release of this Locker may have granted it the lock: as
+		// after an attempt whose answer was lost, its next attempt
+		// finds out, and should it give up, it releases what it may
+		// hold.
+		w.unsure, st.lost = false, true
 	}
-	return t
+	w.heldBack = false
+	if !w.queuedAt.IsZero() {
+		at := w.queuedAt
+		w.queuedAt = time.Time{}
+		return at, w.floor, queued
+	}
+	if w.promised {
+		return time.Time{}, 0, hold
+	}
+	if st.refused.IsZero() && !st.lost && !fired {
+		// While a Lock of this Locker holds the resource, a waiter not
+		// queued in Redis sends no attempt, which Redis would refuse:
+		// that Lock's release hands it the lock, or queues it. Its timer
+		// tries all the same (once the lock has run out, unless
+		// refreshed, at the latest), should that Lock never be released,
+		// or be gone from Redis unknown to it.
+		if until := r.heldUntil(q.resource); !until.IsZero() {
+			q.heard, w.heldBack = true, true
+			return until, 0, hold
+		}
+	}
+	w.attempt = true
+	return time.Time{}, 0, attempt
+}
+
+// attempted records the end of w's attempt; granted says that it was
+// granted, and w leaves with the lock.
+func (r *Room) attempted(w *waiter, granted bool) {
+	if granted {
+		return // w stays out of Room.Candidate's reach until it leaves
+	}
+	r.mu.Lock()
+	w.attempt = false
+	r.mu.Unlock()
+}
+
+// takeGrant returns the token of the grant a release handed w, or 0, and
+// forgets it; at is the time a grant in this Locker's own release's reply
+// is measured from (zero for one heard of in a message). A late grant
+// (see waiter.late) is not returned: its message came after the grant had
+// ended.
+func (r *Room) takeGrant(w *waiter) (token uint64, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, at := w.granted, w.grantedAt
+	w.granted, w.grantedAt = 0, time.Time{}
+	if at.IsZero() && w.late(t) {
+		return 0, time.Time{}
+	}
+	return t, at
+}
+
+// takeLeft returns what a release of this Locker told w, which left its
+// queue, and it had not taken up: when it queued it (zero if it did not),
+// and whether it may have granted or queued it.
+func (r *Room) takeLeft(w *waiter) (queuedAt time.Time, unsure bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	queuedAt, unsure = w.queuedAt, w.unsure
+	w.queuedAt, w.unsure = time.Time{}, false
+	return queuedAt, unsure
 }
 
 // refused records what w's last refused attempt learned.

@@ -55,25 +55,29 @@ func TestQueueAndDelivery(t *testing.T) {
 	assert.True(t, first)
 	_, first = r.join("res", "ch", b)
 	assert.False(t, first)
+	grant := func(w *waiter) uint64 {
+		token, _ := r.takeGrant(w)
+		return token
+	}
 
-	r.Deliver("res", "b:", 10) // not the first: ignored
-	assert.Zero(t, r.takeGrant(b))
+	r.Deliver("res", "b:", 10, time.Time{}) // not the first: ignored
+	assert.Zero(t, grant(b))
 	r.refused(q, a, 50)
 	assert.True(t, r.FirstRefused("res"))
-	r.Deliver("res", "a:", 40) // at or below the floor: late, but it wakes a
+	r.Deliver("res", "a:", 40, time.Time{}) // at or below the floor: late, but it wakes a
 	assert.Len(t, a.wake, 1)
 	<-a.wake
-	assert.Zero(t, r.takeGrant(a))
-	r.Deliver("res", "a:", 60)
-	assert.Equal(t, uint64(60), r.takeGrant(a))
-	assert.Zero(t, r.takeGrant(a), "taken once")
+	assert.Zero(t, grant(a))
+	r.Deliver("res", "a:", 60, time.Time{})
+	assert.Equal(t, uint64(60), grant(a))
+	assert.Zero(t, grant(a), "taken once")
 
-	r.leave(q, a)
+	r.leave(q, a, false)
 	assert.Len(t, b.wake, 1, "the next waiter is woken")
 	owner, subscribed := r.FirstSubscribed("res")
 	assert.Equal(t, "b:", owner)
 	assert.False(t, subscribed)
-	r.leave(q, b)
+	r.leave(q, b, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	assert.Empty(t, r.queues, "an empty queue without a subscription is dropped at once")

@@ -1,16 +1,25 @@
 -- release: releases a lock, handing it to the first live waiter in the
--- queue.
+-- queue, or straight to the releasing Locker's own next waiter.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the token counter
 -- KEYS[3]  the queue of waiters: its order
 -- KEYS[4]  the queue of waiters: its deadlines
--- KEYS[5]  an abandon marker, or ''
--- ARGV[1]  the owner nonce followed by ':'
--- ARGV[2]  the resource's channel
+-- KEYS[5]  with ARGV[4], the caller's abandon marker; with ARGV[6], the
+--          candidate's; absent when neither is given (never both are)
+-- ARGV[1]  the owner nonce followed by ':'; its first 16 characters are
+--          its Locker's id
+-- ARGV[2]  the resource's channels' common start: the Locker whose waiter
+--          is handed the lock hears of it on this, followed by its id
 -- ARGV[3]  the caller's own queue entry to remove, or ''
 -- ARGV[4]  the marker's TTL in milliseconds, or ''
 -- ARGV[5]  the idle expiry in milliseconds (0: none) of the counter
+-- ARGV[6]  the entry of the caller's Locker's next waiter for the
+--          resource (its candidate), or ''
+-- ARGV[7]  the life in milliseconds of the candidate's place, should it
+--          be queued, or ''
+-- ARGV[8]  'sharded' when the server has sharded pub/sub (SPUBLISH),
+--          'classic' when not, '' when not known
 --
 -- Replies:
 --   {HELD (1)}                          the caller held the lock, and
@@ -18,40 +27,57 @@
 --   {NOT_HELD (0)}                      the caller did not hold it: the
 --                                       lock is free, or another's,
 --                                       which stays
---   {held, owner, token, published}     the lock was handed to the
+--   {held, owner, token, told, queued}  the lock was handed to the
 --                                       waiter owner (its nonce and ':')
 --                                       with token (a digit string):
 --                                       held is HELD or NOT_HELD, as
---                                       above; published is PUBLISHED
---                                       (1), or UNPUBLISHED (0) when
---                                       Redis refused the message (the
---                                       hand-over stands all the same)
+--                                       above; told is PUBLISHED (1) or
+--                                       UNPUBLISHED (0) for a waiter
+--                                       queued in Redis (UNPUBLISHED: Redis
+--                                       refused the message, the hand-over
+--                                       stands all the same), IN_REPLY (2)
+--                                       for the candidate when nobody was
+--                                       queued, which hears of it in this
+--                                       reply alone;
+--                                       queued is QUEUED (1) when the
+--                                       candidate took its place at the
+--                                       back of the queue, else 0
 --   an error reply                      WRONGTYPE when a key of the
 --                                       queue is of another type
 --
 -- A waiter that gives up runs it with its entry: it leaves the queue, and
 -- a lock handed to it meanwhile goes on to the next waiter. A client that
 -- lost the reply to an acquire runs it with the attempt's marker, which
--- makes the acquire script refuse any copy of the attempt still on its way.
+-- makes the acquire script refuse any copy of the attempt still on its way;
+-- and so does the cleanup of a candidate that left while the reply of the
+-- release it was promised to was lost: that release, should it arrive
+-- after the cleanup, gives the candidate nothing.
 --
--- When the caller holds the lock and a waiter is queued, the lock is
--- granted to that waiter with a fresh token, as the acquire script would,
--- and "<owner nonce>:<token>" is published on the channel. So it is, too,
--- when the lock is free (a waiter gives up, or a holder releases late):
--- the first waiter need not wait for its timer. A counter that cannot
--- grant a token hands nothing on: the waiter's own attempt reports it.
+-- When the caller holds the lock, it goes to the first live waiter queued
+-- with a fresh token, as the acquire script would grant it; with nobody
+-- queued, to the candidate, which the caller's Locker holds back from
+-- Redis while the lock is its own. The candidate takes its place at the
+-- back of the queue when another waiter gets the lock: processes take
+-- turns, and the candidate makes no attempt of its own. A waiter queued
+-- in Redis hears of its grant by "<owner nonce>:<token>" published on its
+-- Locker's channel alone, even a waiter of the caller's Locker: the reply
+-- may be lost, and then the caller's Locker hears of it no other way; so
+-- it does, too, when the lock is free (a waiter gives up, or a holder
+-- releases late). A counter that cannot grant a token hands nothing on:
+-- the waiter's own attempt reports it.
 local HELD, NOT_HELD = 1, 0
-local PUBLISHED, UNPUBLISHED = 1, 0
+local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
+local QUEUED = 1
 
 -- The fast path: the common case, the caller's own lock with nobody
--- queued, released by its holder (no queue entry to remove, no marker to
--- set). It runs before the helpers below are defined, so this case pays
--- for none of them. Any other case falls through, with nothing written,
--- to the rest of the script, which decides every case, this one too; an
--- error of the lock's read (another type, an ACL refusal) too, which the
--- rest reports.
+-- queued and no candidate, released by its holder (no queue entry to
+-- remove, no marker to set). It runs before the helpers below are
+-- defined, so this case pays for none of them. Any other case falls
+-- through, with nothing written, to the rest of the script, which decides
+-- every case, this one too; an error of the lock's read (another type, an
+-- ACL refusal) too, which the rest reports.
 --@fast
-if ARGV[3] == '' and ARGV[4] == '' then
+if ARGV[3] == '' and ARGV[4] == '' and ARGV[6] == '' then
   local v = redis.pcall('GET', KEYS[1])
   if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] and
       redis.call('EXISTS', KEYS[3]) == 0 then
@@ -78,16 +104,38 @@ elseif v then
   -- another owner's lock, or a key of another type: left as it is
   return {NOT_HELD}
 end
+local locker = string.sub(ARGV[1], 1, 16)
+local candidate = ARGV[6]
+if candidate ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
+  -- the candidate left, and its cleanup has run: nothing for it
+  candidate = ''
+end
 local head, owner, ttl = queue_head(KEYS[3], KEYS[4])
-if head then
+local queued_head = head ~= nil
+if not head and held == HELD and candidate ~= '' then
+  -- nobody queued: the caller's own next waiter
+  head = candidate
+  owner, ttl = string.match(candidate, '^(.*:)([1-9]%d*)$')
+end
+if head and owner then
   local t = grant(KEYS[1], KEYS[2], owner, ttl, tonumber(ARGV[5]))
   if type(t) ~= 'table' then
-    dequeue(KEYS[3], KEYS[4], head)
-    local published = UNPUBLISHED
-    if publish(ARGV[2], owner .. t) then
-      published = PUBLISHED
+    if queued_head then
+      dequeue(KEYS[3], KEYS[4], head)
     end
-    return {held, owner, t, published}
+    local told = IN_REPLY
+    if queued_head or string.sub(owner, 1, 16) ~= locker then
+      told = UNPUBLISHED
+      if publish(ARGV[2] .. string.sub(owner, 1, 16), owner .. t, ARGV[8]) then
+        told = PUBLISHED
+      end
+    end
+    local queued = 0
+    if held == HELD and candidate ~= '' and candidate ~= head then
+      enqueue(KEYS[3], KEYS[4], candidate, tonumber(ARGV[7]))
+      queued = QUEUED
+    end
+    return {held, owner, t, told, queued}
   end
 end
 if held == HELD then

@@ -4,10 +4,12 @@
 //
 // Four workers take turns on one lock, on an embedded miniredis, and each
 // writes to a fenced store under it; one TryAcquire while the lock is
-// held is refused. Then a holder pauses past its TTL: a newer
-// holder writes, the paused one's write is refused as stale, and its
-// Release finds the lock lost. The program then scrapes its own /metrics
-// once and prints the fencedlock_ lines (histogram buckets left out).
+// held is refused, and one Acquire gives up at its deadline. Then a
+// holder pauses past its TTL: a newer holder writes, the paused one's
+// write is refused as stale, and its Release finds the lock lost. Last, a
+// candidate is elected leader of an election and resigns. The program
+// then scrapes its own /metrics once and prints the fencedlock_ lines
+// (histogram buckets left out).
 //
 // It exits with status 0 when the scraped figures match what it did, and
 // with status 1 and a message naming the figure when they do not, so that
@@ -41,11 +43,13 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/election"
 	"github.com/fencedlock/fencedlock/fencedotel"
 )
 
 const (
 	resource = "nightly-report"
+	office   = "report-scheduler" // the election's name
 	workers  = 4
 	rounds   = 5
 )
@@ -59,13 +63,36 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*addr, *linger); err != nil {
+	err := run(*addr, func(ctx context.Context, url string, lines []string) error {
+		var shown []string
+		for _, line := range lines {
+			if !strings.Contains(line, "_bucket{") {
+				fmt.Println(line)
+				shown = append(shown, line)
+			}
+		}
+		if err := check(shown); err != nil {
+			return err
+		}
+		if *linger > 0 {
+			fmt.Printf("serving %s for %v more\n", url, *linger)
+			select {
+			case <-time.After(*linger):
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, *linger)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "metrics: FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, linger time.Duration) error {
+// run serves /metrics on addr, runs the workload, scrapes /metrics once
+// and calls scraped with the URL and the fencedlock_ lines, while it
+// still serves; linger is how long scraped may take beyond the workload.
+func run(addr string, scraped func(ctx context.Context, url string, lines []string) error, linger time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+linger)
 	defer cancel()
 
@@ -106,25 +133,15 @@ func run(addr string, linger time.Duration) error {
 	if err := pauseAndLose(ctx, mr, locker, store); err != nil {
 		return err
 	}
+	if err := lead(ctx, locker); err != nil {
+		return err
+	}
 
 	lines, err := scrape(ctx, url)
 	if err != nil {
 		return err
 	}
-	for _, line := range lines {
-		fmt.Println(line)
-	}
-	if err := check(lines); err != nil {
-		return err
-	}
-	if linger > 0 {
-		fmt.Printf("serving %s for %v more\n", url, linger)
-		select {
-		case <-time.After(linger):
-		case <-ctx.Done():
-		}
-	}
-	return nil
+	return scraped(ctx, url, lines)
 }
 
 // serve serves registry at /metrics on addr, and returns the URL and a
@@ -190,16 +207,37 @@ func contend(ctx context.Context, locker *fencedlock.Locker, store fencedlock.St
 }
 
 // tryHeld tries the lock, which the caller holds: Redis must refuse it.
+// Then it waits for it for 20ms, and gives up at that deadline.
 func tryHeld(ctx context.Context, locker *fencedlock.Locker) error {
 	lock, err := locker.TryAcquire(ctx, resource, 5*time.Second)
 	switch {
 	case errors.Is(err, fencedlock.ErrNotAcquired):
-		return nil
 	case err != nil:
 		return fmt.Errorf("trying the held lock: %w", err)
+	default:
+		_ = lock.Release(ctx)
+		return errors.New("a TryAcquire got the lock that a worker held")
 	}
-	_ = lock.Release(ctx)
-	return errors.New("a TryAcquire got the lock that a worker held")
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	lock, err = locker.Acquire(wctx, resource, 5*time.Second)
+	if err == nil {
+		_ = lock.Release(ctx)
+		return errors.New("an Acquire got the lock that a worker held")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("waiting for the held lock: %w", err)
+	}
+	return nil
+}
+
+// lead campaigns in an election, is elected at once, and resigns.
+func lead(ctx context.Context, locker *fencedlock.Locker) error {
+	term, err := election.New(locker, office).Campaign(ctx, "this process")
+	if err != nil {
+		return err
+	}
+	return term.Resign(ctx)
 }
 
 // pauseAndLose has a holder pause past its TTL (miniredis's clock moves
@@ -230,8 +268,7 @@ func pauseAndLose(ctx context.Context, mr *miniredis.Miniredis, locker *fencedlo
 	return nil
 }
 
-// scrape gets url once and returns its fencedlock_ lines, without the
-// histogram buckets.
+// scrape gets url once and returns its fencedlock_ lines.
 func scrape(ctx context.Context, url string) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -249,7 +286,7 @@ func scrape(ctx context.Context, url string) ([]string, error) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "fencedlock_") && !strings.Contains(line, "_bucket{") {
+		if strings.HasPrefix(line, "fencedlock_") {
 			lines = append(lines, line)
 		}
 	}
@@ -261,15 +298,25 @@ func scrape(ctx context.Context, url string) ([]string, error) {
 
 // check compares the scraped figures with what the program did.
 func check(lines []string) error {
-	acquired := workers*rounds + 2 // the workers', the paused holder's and the newer one's
+	acquired := workers*rounds + 3 // the workers', the paused holder's, the newer one's and the leader's
 	want := map[string]string{
-		`fencedlock_acquire_duration_seconds_count{fencedlock_outcome="acquired"}`:     fmt.Sprint(acquired),
-		`fencedlock_acquire_duration_seconds_count{fencedlock_outcome="not_acquired"}`: "1",
-		`fencedlock_lock_held`:                                         "0",
-		`fencedlock_lock_hold_duration_seconds_count`:                  fmt.Sprint(acquired),
-		`fencedlock_lock_lost_total`:                                   "1",
-		`fencedlock_store_writes_total{fencedlock_outcome="accepted"}`: fmt.Sprint(workers*rounds + 1),
-		`fencedlock_store_writes_total{fencedlock_outcome="stale"}`:    "1",
+		`fencedlock_acquire_duration_seconds_count{fencedlock_call="do",fencedlock_outcome="acquired"}`:       fmt.Sprint(workers * rounds),
+		`fencedlock_acquire_duration_seconds_count{fencedlock_call="try",fencedlock_outcome="acquired"}`:      "2",
+		`fencedlock_acquire_duration_seconds_count{fencedlock_call="try",fencedlock_outcome="not_acquired"}`:  "1",
+		`fencedlock_acquire_duration_seconds_count{fencedlock_call="acquire",fencedlock_outcome="timeout"}`:   "1",
+		`fencedlock_acquire_duration_seconds_count{fencedlock_call="campaign",fencedlock_outcome="acquired"}`: "1",
+		`fencedlock_waiters{fencedlock_call="acquire"}`:                                                       "0",
+		`fencedlock_waiters{fencedlock_call="do"}`:                                                            "0",
+		`fencedlock_lock_held`:                                             "0",
+		`fencedlock_lock_hold_duration_seconds_count`:                      fmt.Sprint(acquired),
+		`fencedlock_lock_lost_total`:                                       "1",
+		`fencedlock_lock_refresh_failures_total`:                           "0",
+		`fencedlock_store_writes_total{fencedlock_outcome="accepted"}`:     fmt.Sprint(workers*rounds + 1),
+		`fencedlock_store_writes_total{fencedlock_outcome="stale"}`:        "1",
+		`fencedlock_store_fences_total{fencedlock_outcome="stale"}`:        "0",
+		`fencedlock_election_leader{fencedlock_election="` + office + `"}`: "0",
+		`fencedlock_election_terms_total{fencedlock_outcome="resigned"}`:   "1",
+		`fencedlock_election_terms_total{fencedlock_outcome="lost"}`:       "0",
 	}
 	got := map[string]string{}
 	for _, line := range lines {

@@ -44,14 +44,19 @@ local function enqueue(queue, deadlines, entry, life)
   end
 end
 
--- Tells subscribers on channel ch: sharded pub/sub where the server has it
--- (Redis 7 and later), classic pub/sub otherwise. Returns whether the
--- message was published: a publish refused (an ACL without the channel)
--- fails nothing, as it comes after the script's writes, which Redis does
--- not roll back; the waiter's own timer then finds the grant.
-local function publish(ch, msg)
-  local r = redis.pcall('SPUBLISH', ch, msg)
-  if type(r) == 'table' and r.err then
+-- Tells the subscribers of channel ch: with SPUBLISH when kind is
+-- 'sharded', PUBLISH when 'classic', and when kind is '' (not known yet)
+-- SPUBLISH, then PUBLISH should the server have no SPUBLISH. Returns
+-- whether the message was published: a publish refused (an ACL without
+-- the channel) fails nothing, as it comes after the script's writes,
+-- which Redis does not roll back; the waiter's own timer then finds the
+-- grant.
+local function publish(ch, msg, kind)
+  local r
+  if kind ~= 'classic' then
+    r = redis.pcall('SPUBLISH', ch, msg)
+  end
+  if kind == 'classic' or (kind == '' and type(r) == 'table' and r.err) then
     r = redis.pcall('PUBLISH', ch, msg)
   end
   return type(r) == 'number'

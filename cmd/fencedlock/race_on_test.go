@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled builds the fencedlock binary with -race too.
+const raceEnabled = true
