@@ -91,26 +91,13 @@ func (l *Locker) lockFor(resource, owner string) *Lock {
 // string, made in one allocation.
 func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	k := &Lock{locker: l, resource: resource}
-	var b strings.Builder
-	base := func() {
-		if l.prefix != "" {
-			b.WriteString(l.prefix)
-			b.WriteByte(':')
-		}
-		b.WriteByte('{')
-		b.WriteString(resource)
-		b.WriteString("}:")
-	}
 	nonce := len(start) + len(rest)
-	baseLen := len(l.prefix) + len(resource) + 3
-	if l.prefix == "" {
-		baseLen--
-	}
 	kinds := [...]string{"lock", "token", "queue", "deadlines", "abandoned:"}
-	b.Grow(7*baseLen + len("lockqueuetokendeadlinesabandoned:grants:") + 2*nonce + 1 + len(l.id))
+	var b strings.Builder
+	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlinesabandoned:grants:") + 2*nonce + 1 + len(l.id))
 	var ends [len(kinds)]int
 	for i, kind := range kinds {
-		base()
+		writeKeyBase(&b, l.prefix, resource)
 		b.WriteString(kind)
 		ends[i] = b.Len()
 	}
@@ -121,7 +108,7 @@ func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	b.Write(rest)
 	b.WriteByte(':')
 	ownerEnd := b.Len()
-	base()
+	writeKeyBase(&b, l.prefix, resource)
 	b.WriteString("grants:")
 	chanArgEnd := b.Len()
 	b.WriteString(l.id)

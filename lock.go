@@ -179,10 +179,33 @@ func (l *Locker) Key(resource, suffix string) (string, error) {
 }
 
 func keyFor(prefix, resource, kind string) string {
-	if prefix == "" {
-		return "{" + resource + "}:" + kind
+	var b strings.Builder
+	b.Grow(keyBaseLen(prefix, resource) + len(kind))
+	writeKeyBase(&b, prefix, resource)
+	b.WriteString(kind)
+	return b.String()
+}
+
+// writeKeyBase writes what every key of resource starts with under
+// prefix: "prefix:{resource}:", or "{resource}:" without a prefix (the
+// braces make Redis Cluster put them in one hash slot).
+func writeKeyBase(b *strings.Builder, prefix, resource string) {
+	if prefix != "" {
+		b.WriteString(prefix)
+		b.WriteByte(':')
 	}
-	return prefix + ":{" + resource + "}:" + kind
+	b.WriteByte('{')
+	b.WriteString(resource)
+	b.WriteString("}:")
+}
+
+// keyBaseLen is the length of what writeKeyBase writes.
+func keyBaseLen(prefix, resource string) int {
+	n := len(resource) + len("{}:")
+	if prefix != "" {
+		n += len(prefix) + 1
+	}
+	return n
 }
 
 // checkName validates the length of a resource name.
