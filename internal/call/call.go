@@ -31,6 +31,9 @@ import (
 // caller has returned. f gets ctx, so that the client stops as soon as it
 // looks at ctx.
 func Bounded[T any](ctx context.Context, heeds bool, f func(context.Context) (T, error)) (T, error) {
+	// Not BoundedOn with an adapter: a function value made inside a
+	// generic function carries its type dictionary, and would be
+	// allocated on every call, on the caller's goroutine too.
 	var zero T
 	if err := Err(ctx); err != nil {
 		return zero, &NotSentError{err}
