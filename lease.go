@@ -92,9 +92,9 @@ func (l *Locker) lockFor(resource, owner string) *Lock {
 func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	k := &Lock{locker: l, resource: resource}
 	nonce := len(start) + len(rest)
-	kinds := [...]string{"lock", "token", "queue", "deadlines", "abandoned:"}
+	kinds := [...]string{"lock", "token", "queue", "deadlines", markerKind}
 	var b strings.Builder
-	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlinesabandoned:grants:") + 2*nonce + 1 + len(l.id))
+	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlines"+markerKind+"grants:") + 2*nonce + 1 + len(l.id))
 	var ends [len(kinds)]int
 	for i, kind := range kinds {
 		writeKeyBase(&b, l.prefix, resource)
@@ -123,6 +123,10 @@ func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	k.chanArg = all[ownerEnd:chanArgEnd]
 	return k
 }
+
+// markerKind starts the kind of an attempt's abandon marker key; its
+// owner nonce, without the ':', ends it.
+const markerKind = "abandoned:"
 
 // Indexes into Lock.keys.
 const (
@@ -612,7 +616,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	if next.Owner != "" {
 		// The candidate's abandon marker: see leftBehind.
 		keys = append(make([]any, 0, keyMarker+1), keys...)
-		keys = append(keys, keyFor(k.locker.prefix, k.resource, "abandoned:"+next.Owner[:len(next.Owner)-1]))
+		keys = append(keys, keyFor(k.locker.prefix, k.resource, markerKind+next.Owner[:len(next.Owner)-1]))
 	}
 	sent := time.Now()
 	r, err := k.release(ctx, keys, "", "", next)
