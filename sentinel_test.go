@@ -95,7 +95,7 @@ func TestSentinelFailover(t *testing.T) {
 // snFailover runs the failover; waitOpts are the waiter's, by default
 // hourRetryDelay.
 func snFailover(t *testing.T, withReplicas bool, waitOpts ...fencedlock.AcquireOption) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := redistest.StartSentinel(t)
 	var opts []fencedlock.Option

@@ -91,7 +91,7 @@ const (
 // could change: the master read last, the replica once it had noticed the
 // kill).
 func (r *sentinelRig) step(t *testing.T, rng *rand.Rand) (cut, lost bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	r.mu.RLock()
 	m := r.master

@@ -59,16 +59,25 @@ const (
 // sentinelDebugPeriods are the Sentinels' timers where SENTINEL DEBUG
 // exists, in milliseconds (the defaults in parentheses): INFO to every
 // server outside failovers (10s), PING (1s), the questions to the other
-// Sentinels (1s), and the hello messages by which Sentinels find each
-// other and spread a new master (2s).
+// Sentinels (1s), the hello messages by which Sentinels find each other
+// and spread a new master (2s), and TILT (30s). A Sentinel whose timer
+// runs more than 2s late (a machine stalled by a loaded test run) enters
+// TILT: it acts on nothing for tilt-period. With the default, one stall
+// spends a whole promotion wait.
 var sentinelDebugPeriods = []any{
 	"info-period", 200, "ping-period", 400, "ask-period", 100, "publish-period", 200,
+	"tilt-period", 1000,
 }
 
 // sentinelWait bounds each wait of the Sentinel helper: for the
-// Sentinels to agree at the start, for a promotion, for a rejoined server
-// to be in sync.
+// Sentinels to agree at the start, for a rejoined server to be in sync.
 const sentinelWait = 30 * time.Second
+
+// promotionWait bounds WaitPromotion. Where SENTINEL DEBUG does not
+// exist (Redis 6.2 and older) a stall of the machine puts the Sentinels in
+// TILT for 30s; when they leave it together they may split their votes,
+// and try again after twice the failover timeout.
+const promotionWait = 60 * time.Second
 
 // sentinelAsk bounds one round of questions to the Sentinels while
 // settle waits, so that one connection that stops answering costs a
@@ -205,9 +214,9 @@ func (s *Sentinel) KillMaster(tb testing.TB) *Server {
 // WaitPromotion waits until every Sentinel names the same master other
 // than old, and that server says it is a master (INFO's role), and
 // returns it. It returns an error, with the end of each Sentinel's log,
-// when that has not happened within sentinelWait or by ctx's end.
+// when that has not happened within promotionWait or by ctx's end.
 func (s *Sentinel) WaitPromotion(ctx context.Context, old *Server) (*Server, error) {
-	ctx, cancel := context.WithTimeout(ctx, sentinelWait)
+	ctx, cancel := context.WithTimeout(ctx, promotionWait)
 	defer cancel()
 	last := "no answer yet"
 	for {

@@ -19,7 +19,7 @@ func TestSentinelFailsOverTwice(t *testing.T) {
 	start := time.Now()
 	s := StartSentinel(t)
 	t.Logf("started in %v", time.Since(start))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for round, cut := range []bool{false, true} {
 		begin := time.Now()
