@@ -349,7 +349,7 @@ local function enqueue(queue, deadlines, entry, life)
   redis.call('HSET', deadlines, entry, now_ms() + life)
   for _, k in ipairs({queue, deadlines}) do
     if redis.call('PTTL', k) < life then
-      redis.call('PEXPIRE', k, 2 * life)
+      redis.call('PEXPIRE', k, string.format('%d', 2 * life))
     end
   end
 end
