@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencedlock/fencedlock/internal/call"
@@ -347,6 +348,11 @@ type afterUnlock struct {
 	until  time.Time          // for roomHold and roomExtend: when the lock runs out unless refreshed
 }
 
+// testHookHold, when a test sets it, runs before a Lock tells its
+// Locker's waiters that it holds the lock (wait.Room.Hold), with k.mu
+// unlocked.
+var testHookHold atomic.Pointer[func()]
+
 // roomOp is what a transition of a Lock tells the waiters of its Locker.
 type roomOp uint8
 
@@ -380,7 +386,19 @@ func (a afterUnlock) run(k *Lock) {
 	}
 	switch a.room {
 	case roomHold:
+		if hook := testHookHold.Load(); hook != nil {
+			(*hook)()
+		}
 		k.locker.room.Hold(k.resource, k.owner.(string), a.until)
+		// A later transition that ended the certainty may have run its
+		// Unhold before this Hold: the Lock undoes its Hold then, as
+		// that transition meant to.
+		k.mu.Lock()
+		certain := k.inRoom
+		k.mu.Unlock()
+		if !certain {
+			k.locker.room.Unhold(k.resource, k.owner.(string))
+		}
 	case roomExtend:
 		k.locker.room.Extend(k.resource, k.owner.(string), a.until)
 	case roomUnhold:
