@@ -16,10 +16,11 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 	return func() { wait.Linger = old }
 }
 
-// SetHoldHook makes f run before each Lock tells its Locker's waiters
-// that it holds the lock, and returns a function restoring the old hook.
-// Tests set it while no Lock of theirs is granted or refreshed.
-func SetHoldHook(f func()) (restore func()) {
+// SetHoldHook makes f run, with the Lock's resource, before each Lock
+// tells its Locker's waiters that it holds the lock, and returns a
+// function restoring the old hook. Tests set it while no Lock of theirs is
+// granted or refreshed.
+func SetHoldHook(f func(resource string)) (restore func()) {
 	old := testHookHold.Swap(&f)
 	return func() { testHookHold.Store(old) }
 }

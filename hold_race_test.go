@@ -38,7 +38,10 @@ func TestRefreshHoldOvertakenByReleaseIsUndone(t *testing.T) {
 	// The next Refresh succeeds, and stops before it tells the waiters.
 	reached, proceed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	restore := fencedlock.SetHoldHook(func() {
+	restore := fencedlock.SetHoldHook(func(resource string) {
+		if resource != res {
+			return // another test's Lock
+		}
 		once.Do(func() {
 			close(reached)
 			<-proceed

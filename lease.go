@@ -46,6 +46,10 @@ type Lock struct {
 	owner    any       // the Locker's id and 64 random bits in hex, and ':': the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
+	// roomMu orders what the Lock tells its Locker's waiters (syncRoom);
+	// it is never taken while mu is held.
+	roomMu sync.Mutex
+
 	mu        sync.Mutex         // guards the fields below
 	state     leaseState         // moved by stepLocked only
 	base      time.Time          // local time before the last successful grant or refresh was sent
@@ -324,13 +328,14 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 	}
 	// The Locker's waiters for the resource wait for this Lock's release,
 	// without asking Redis, while it holds the lock for sure (see
-	// wait.Room.Hold).
+	// wait.Room.Hold): a change of that, or a renewal, is told to them
+	// once k.mu is unlocked (syncRoom).
 	certain := k.token != 0 && (next == leaseHeld || next == leaseReleasing)
 	switch {
 	case certain && !k.inRoom:
-		after.room, after.until = roomHold, k.base.Add(k.ttl)
+		after.room = roomHold
 	case certain && e == evRenewed:
-		after.room, after.until = roomExtend, k.base.Add(k.ttl)
+		after.room = roomExtend
 	case !certain && k.inRoom:
 		after.room = roomUnhold
 	}
@@ -344,23 +349,22 @@ type afterUnlock struct {
 	onEnd  func(error)        // to call with why
 	report bool               // report the end (see WithObserver)
 	why    error              // the reason the Lock ended
-	room   roomOp             // what to tell the Locker's waiters
-	until  time.Time          // for roomHold and roomExtend: when the lock runs out unless refreshed
+	room   roomOp             // what changed for the Locker's waiters (see syncRoom)
 }
 
-// testHookHold, when a test sets it, runs before a Lock tells its
-// Locker's waiters that it holds the lock (wait.Room.Hold), with k.mu
-// unlocked.
-var testHookHold atomic.Pointer[func()]
+// testHookHold, when a test sets it, runs with the Lock's resource before
+// the Lock tells its Locker's waiters of a transition that made it hold
+// the lock for sure (syncRoom), with k.mu unlocked.
+var testHookHold atomic.Pointer[func(resource string)]
 
 // roomOp is what a transition of a Lock tells the waiters of its Locker.
 type roomOp uint8
 
 const (
 	roomNone   roomOp = iota
-	roomHold          // the Lock holds the lock for sure (wait.Room.Hold)
-	roomExtend        // a refresh kept it (wait.Room.Extend)
-	roomUnhold        // it no longer holds it for sure (wait.Room.Unhold)
+	roomHold          // the Lock holds the lock for sure
+	roomExtend        // a refresh kept it
+	roomUnhold        // it no longer holds it for sure
 )
 
 // and returns what a and b leave to do, for two transitions in a row; the
@@ -373,7 +377,7 @@ func (a afterUnlock) and(b afterUnlock) afterUnlock {
 		a.onEnd, a.report, a.why = b.onEnd, b.report, b.why
 	}
 	if b.room != roomNone {
-		a.room, a.until = b.room, b.until
+		a.room = b.room
 	}
 	return a
 }
@@ -384,31 +388,36 @@ func (a afterUnlock) run(k *Lock) {
 	if a.stop != nil {
 		a.stop()
 	}
-	switch a.room {
-	case roomHold:
-		if hook := testHookHold.Load(); hook != nil {
-			(*hook)()
+	if a.room != roomNone {
+		if hook := testHookHold.Load(); hook != nil && a.room == roomHold {
+			(*hook)(k.resource)
 		}
-		k.locker.room.Hold(k.resource, k.owner.(string), a.until)
-		// A later transition that ended the certainty may have run its
-		// Unhold before this Hold: the Lock undoes its Hold then, as
-		// that transition meant to.
-		k.mu.Lock()
-		certain := k.inRoom
-		k.mu.Unlock()
-		if !certain {
-			k.locker.room.Unhold(k.resource, k.owner.(string))
-		}
-	case roomExtend:
-		k.locker.room.Extend(k.resource, k.owner.(string), a.until)
-	case roomUnhold:
-		k.locker.room.Unhold(k.resource, k.owner.(string))
+		k.syncRoom()
 	}
 	if a.onEnd != nil {
 		a.onEnd(a.why)
 	}
 	if a.report {
 		k.reportEnd(a.why)
+	}
+}
+
+// syncRoom tells the Locker's waiters what the Lock is now: holding the
+// lock for sure until its lease runs out unless refreshed
+// (wait.Room.Hold), or not (wait.Room.Unhold). Transitions call it after
+// unlocking k.mu, so two may get here in either order; each tells the
+// state it reads here, under roomMu, and the last to run tells the
+// Lock's latest state, whichever transition it came from.
+func (k *Lock) syncRoom() {
+	k.roomMu.Lock()
+	defer k.roomMu.Unlock()
+	k.mu.Lock()
+	certain, until := k.inRoom, k.base.Add(k.ttl)
+	k.mu.Unlock()
+	if certain {
+		k.locker.room.Hold(k.resource, k.owner.(string), until)
+	} else {
+		k.locker.room.Unhold(k.resource, k.owner.(string))
 	}
 }
 

@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -14,61 +15,145 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// The queue's two keys outlive every place in them, and a queue whose
-// waiters died is gone from Redis at most twice the longest place's life
-// after its last attempt.
+// queueSnapshot reads, in one script so that no time passes between the
+// reads, the server clock in milliseconds, the deadline of every place in
+// a queue and the PTTL of the queue's two keys.
+var queueSnapshot = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('HGETALL', KEYS[2]), redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2])}
+`)
+
+// queueState is what queueSnapshot read: how long each place has left,
+// the longest of those, and the PTTL of the queue's keys.
+type queueState struct {
+	left    map[string]time.Duration
+	longest time.Duration
+	pttl    [2]time.Duration
+}
+
+func snapshotQueue(t *testing.T, c *redis.Client, queue, deadlines string) queueState {
+	t.Helper()
+	r, err := queueSnapshot.Run(context.Background(), c, []string{queue, deadlines}).Slice()
+	require.NoError(t, err)
+	now := r[0].(int64)
+	st := queueState{left: map[string]time.Duration{}}
+	fields := r[1].([]any)
+	for i := 0; i+1 < len(fields); i += 2 {
+		ms, err := strconv.ParseInt(fields[i+1].(string), 10, 64)
+		require.NoError(t, err)
+		left := time.Duration(ms-now) * time.Millisecond
+		st.left[fields[i].(string)] = left
+		st.longest = max(st.longest, left)
+	}
+	st.pttl = [2]time.Duration{time.Duration(r[2].(int64)) * time.Millisecond, time.Duration(r[3].(int64)) * time.Millisecond}
+	return st
+}
+
+// commandCalls returns how many times the server behind c has run each
+// of cmds (INFO commandstats: those scripts run count too).
+func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	counts := make([]int, len(cmds))
+	for i, cmd := range cmds {
+		if m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info); m != nil {
+			counts[i], _ = strconv.Atoi(m[1])
+		}
+	}
+	return counts
+}
+
+// The queue's two keys outlive every place in them, a lone waiter's
+// renewals extend them only now and then, and a queue whose waiters died
+// is gone from Redis at most twice the place's life after their last
+// attempt.
 func TestQueueKeysLiveAsLongAsTheirPlaces(t *testing.T) {
-	b := redistest.Real(t)
+	// A server of its own: its command counts are this test's.
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
 	ctx := testCtx(t)
-	p := redistest.NewProxy(t, b.Client.Options().Addr)
+	p := redistest.NewProxy(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { c.Close() })
-	dying, other := fencedlock.New(c, fencedlock.WithPrefix(b.Prefix)), newLocker(b)
+	dying, other, third := fencedlock.New(c), fencedlock.New(admin), fencedlock.New(admin)
+	const ttl = 600 * time.Millisecond // a place of 600ms, renewed every 200ms
+	queued := func(l *fencedlock.Locker, resource string) func() int64 {
+		queue, _ := queueKeys(l, resource)
+		return func() int64 {
+			n, err := admin.ZCard(ctx, queue).Result()
+			require.NoError(t, err)
+			return n
+		}
+	}
+
+	// A lone waiter renews its place: the keys outlive it by at most its
+	// life, and are extended about once per life, not at every renewal.
 	const res = "queue-expiry"
 	holder := mustTryAcquire(t, ctx, other, res, longTTL)
 	queue, deadlines := queueKeys(other, res)
-
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const ttl = 600 * time.Millisecond // a place of about 600ms
 	done := acquireAsync(wctx, dying, res, ttl)
-	waitUntil(t, func() bool { return queuedCount(t, b, other, res) == 1 }, "the waiter to queue")
-
-	// Every enqueue: each key lives at least as long as the place
-	// (its deadline from now) and at most twice the place's life.
-	var life time.Duration
-	for i := 0; i < 5; i++ {
-		entries, err := b.Client.HGetAll(ctx, deadlines).Result()
-		require.NoError(t, err)
-		require.Len(t, entries, 1)
-		now := time.Duration(serverMicros(t, b)) * time.Microsecond
-		for entry, d := range entries {
-			ms, err := strconv.ParseInt(d, 10, 64)
-			require.NoError(t, err)
-			left := time.Duration(ms)*time.Millisecond - now
-			life = max(life, left)
-			for _, k := range []string{queue, deadlines} {
-				pttl := keyPTTL(t, b, k)
-				assert.GreaterOrEqual(t, pttl, left-time.Millisecond, "%s expires before the place of %s", k, entry)
-				assert.LessOrEqual(t, pttl, 2*ttl, "%s lives longer than twice a place's life", k)
-			}
+	inQueue := queued(other, res)
+	waitUntil(t, func() bool { return inQueue() == 1 }, "the waiter to queue")
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	for i := 0; i < 12; i++ {
+		st := snapshotQueue(t, admin, queue, deadlines)
+		require.Len(t, st.left, 1)
+		for k, pttl := range st.pttl {
+			assert.GreaterOrEqual(t, pttl, st.longest-time.Millisecond, "key %d of the queue expires before the place", k)
+			assert.LessOrEqual(t, pttl, 2*ttl, "key %d of the queue lives longer than twice the place's life", k)
 		}
-		time.Sleep(ttl / 5) // the waiter renews its place every third of its life
+		time.Sleep(ttl / 6)
+	}
+	calls := commandCalls(t, admin, "pexpire", "hset")
+	t.Logf("%d renewals of the place (HSET), %d PEXPIRE", calls[1], calls[0])
+	require.Greater(t, calls[1], 2, "the waiter did not renew its place")
+	assert.Less(t, calls[0], 2*calls[1], "the queue's keys were extended at every renewal (two PEXPIREs each)")
+
+	// A long-lived place and a short one that renews: the keys outlive
+	// the long one all the while.
+	const mixed = "queue-expiry-mixed"
+	mixedHolder := mustTryAcquire(t, ctx, other, mixed, longTTL)
+	mqueue, mdeadlines := queueKeys(other, mixed)
+	long := acquireAsync(wctx, third, mixed, 20*time.Second)
+	inMixed := queued(other, mixed)
+	waitUntil(t, func() bool { return inMixed() == 1 }, "the long waiter to queue")
+	short := acquireAsync(wctx, dying, mixed, ttl)
+	waitUntil(t, func() bool { return inMixed() == 2 }, "the short waiter to queue")
+	for i := 0; i < 8; i++ {
+		st := snapshotQueue(t, admin, mqueue, mdeadlines)
+		require.Len(t, st.left, 2)
+		for k, pttl := range st.pttl {
+			assert.GreaterOrEqual(t, pttl, st.longest-time.Millisecond, "key %d of the queue expires before the longest place", k)
+		}
+		time.Sleep(ttl / 4)
 	}
 
-	// The waiter's process stops: nothing renews its place any more.
-	// (The lock stays held: a release would hand it to the waiter and
-	// empty the queue.)
+	// The first waiter's process stops: nothing renews its place any
+	// more. (The lock stays held: a release would hand it to the waiter
+	// and empty the queue.)
 	p.Pause()
 	stopped := time.Now()
-	waitUntil(t, func() bool { return !keyExists(t, b, queue) && !keyExists(t, b, deadlines) }, "the queue's keys to expire")
-	gone := time.Since(stopped)
-	t.Logf("a place of %v; the queue's keys were gone %v after its waiter stopped", life.Round(time.Millisecond), gone.Round(time.Millisecond))
-	assert.Less(t, gone, 2*ttl+500*time.Millisecond)
-	require.NoError(t, holder.Release(ctx))
+	gone := func() bool {
+		n, err := admin.Exists(ctx, queue, deadlines).Result()
+		require.NoError(t, err)
+		return n == 0
+	}
+	waitUntil(t, gone, "the queue's keys to expire")
+	took := time.Since(stopped)
+	t.Logf("the queue's keys were gone %v after its waiter stopped", took.Round(time.Millisecond))
+	assert.Less(t, took, 2*ttl+500*time.Millisecond)
+
 	cancel()
 	p.Resume()
-	if r := <-done; r.err == nil {
-		require.NoError(t, r.lock.Release(ctx))
+	for _, ch := range []<-chan acquireResult{done, long, short} {
+		if r := <-ch; r.err == nil {
+			require.NoError(t, r.lock.Release(ctx))
+		}
 	}
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, mixedHolder.Release(ctx))
 }

@@ -341,9 +341,9 @@ end
 
 -- Puts entry at the back of the queue, or leaves it where it is, and sets
 -- its deadline life milliseconds from now. The queue's keys live at least
--- as long as their longest-lived entry, and at most twice as long: a key
--- with less than life left gets twice life, so that most enqueues only
--- read the two expiries.
+-- as long as their longest-lived entry, and at most twice the longest
+-- life enqueued: a key with less than life left gets twice life, so that
+-- most enqueues only read the two expiries.
 local function enqueue(queue, deadlines, entry, life)
   redis.call('ZADD', queue, 'NX', clock_seed(), entry)
   redis.call('HSET', deadlines, entry, now_ms() + life)

@@ -540,12 +540,13 @@ func (r *Room) resolve(c Candidate, apply func(*waiter)) bool {
 }
 
 // Hold records that a Lock of this Locker, whose owner nonce is owner,
-// holds resource, until at most until by the local clock unless a refresh
-// extends it (Extend): while one does, the first waiter for resource makes
-// no attempt in Redis, where it would be refused, and the Lock's release
-// hands it the lock, or queues it. Unhold records the Lock's end; a Lock
-// that never ends (nobody released it) is forgotten once its own until
-// passes, whatever other Locks of the resource do.
+// holds resource, until at most until by the local clock; Hold again with
+// a later until extends it (a refresh), never with an earlier one. While
+// one does, the first waiter for resource makes no attempt in Redis, where
+// it would be refused, and the Lock's release hands it the lock, or queues
+// it. Unhold records the Lock's end; a Lock that never ends (nobody
+// released it) is forgotten once its own until passes, whatever other
+// Locks of the resource do.
 func (r *Room) Hold(resource, owner string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -621,18 +622,6 @@ func (h *holding) find(owner string) int {
 		}
 	}
 	return -1
-}
-
-// Extend records that a refresh of owner's Lock, which Hold counted,
-// keeps resource until until at most.
-func (r *Room) Extend(resource, owner string, until time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if h := r.holding[resource]; h != nil {
-		if i := h.find(owner); i >= 0 && until.After(h.locks[i].until) {
-			h.locks[i].until = until
-		}
-	}
 }
 
 // Unhold records the end of owner's Lock, which Hold counted; when none
