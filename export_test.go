@@ -16,10 +16,11 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 	return func() { wait.Linger = old }
 }
 
-// SetHoldHook makes f run, with the Lock's resource, before each Lock
-// tells its Locker's waiters that it holds the lock, and returns a
-// function restoring the old hook. Tests set it while no Lock of theirs is
-// granted or refreshed.
+// SetHoldHook makes f run, with the Lock's resource, after each
+// transition that made a Lock hold the lock for sure and before the Lock
+// tells its Locker's waiters its state (syncRoom), and returns a function
+// restoring the old hook. Tests set it while no Lock of theirs is granted
+// or refreshed.
 func SetHoldHook(f func(resource string)) (restore func()) {
 	old := testHookHold.Swap(&f)
 	return func() { testHookHold.Store(old) }

@@ -46,8 +46,9 @@ type Lock struct {
 	owner    any       // the Locker's id and 64 random bits in hex, and ':': the start of the lock key's value; boxed once for script arguments
 	token    Token     // zero until granted
 
-	// roomMu orders what the Lock tells its Locker's waiters (syncRoom);
-	// it is never taken while mu is held.
+	// roomMu orders what the Lock tells its Locker's waiters (syncRoom).
+	// It is never taken while mu is held; mu, then the Room's mutex, are
+	// taken while it is.
 	roomMu sync.Mutex
 
 	mu        sync.Mutex         // guards the fields below
@@ -357,7 +358,9 @@ type afterUnlock struct {
 // the lock for sure (syncRoom), with k.mu unlocked.
 var testHookHold atomic.Pointer[func(resource string)]
 
-// roomOp is what a transition of a Lock tells the waiters of its Locker.
+// roomOp is what a transition of a Lock changed for the waiters of its
+// Locker: anything but roomNone makes run call syncRoom, which tells them
+// the Lock's state as it is then.
 type roomOp uint8
 
 const (
@@ -382,8 +385,9 @@ func (a afterUnlock) and(b afterUnlock) afterUnlock {
 	return a
 }
 
-// run stops the heartbeat, then tells of the end: onEnd, then the
-// observer.
+// run stops the heartbeat, tells the Locker's waiters the Lock's state
+// if a transition changed it (syncRoom), then tells of the end: onEnd,
+// then the observer.
 func (a afterUnlock) run(k *Lock) {
 	if a.stop != nil {
 		a.stop()

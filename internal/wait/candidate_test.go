@@ -167,7 +167,7 @@ func TestHoldBack(t *testing.T) {
 	assert.Equal(t, later, at, "a refresh extends the hold")
 	r.Hold("res", "a", until)
 	at, _ = step(false)
-	assert.Equal(t, later, at, "an older refresh shortened the hold")
+	assert.Equal(t, until, at, "a refresh for a shorter TTL must bring the end of the hold nearer")
 
 	st.refused = time.Now()
 	_, do = step(false)
@@ -244,4 +244,30 @@ func TestUnholdWakesOnlyAWaiterHeldBack(t *testing.T) {
 	require.Equal(t, queued, do)
 	r.Unhold("res", "b:")
 	assert.Empty(t, w.wake, "a waiter the release queued was woken: it would poll")
+}
+
+// A refresh for a shorter TTL brings the end of the hold nearer: the
+// waiter held back is woken to look again at it; a longer one wakes
+// nobody.
+func TestHoldSoonerWakesAWaiterHeldBack(t *testing.T) {
+	r := New(nil, Log{})
+	w := newWaiter("w:")
+	q, _ := r.join("res", "ch", w)
+	var st state
+	until := time.Now().Add(time.Hour)
+
+	r.Hold("res", "a:", until)
+	at, _, do := r.next(q, w, &st, false)
+	require.Equal(t, hold, do)
+	require.Equal(t, until, at)
+	r.Hold("res", "a:", until.Add(time.Hour))
+	assert.Empty(t, w.wake, "a longer hold woke the waiter")
+
+	sooner := time.Now().Add(time.Minute)
+	r.Hold("res", "a:", sooner)
+	require.Len(t, w.wake, 1, "the waiter held back was not woken by the nearer end")
+	<-w.wake
+	at, _, do = r.next(q, w, &st, false)
+	require.Equal(t, hold, do)
+	assert.Equal(t, sooner, at, "the waiter must look again at the nearer end")
 }

@@ -540,13 +540,14 @@ func (r *Room) resolve(c Candidate, apply func(*waiter)) bool {
 }
 
 // Hold records that a Lock of this Locker, whose owner nonce is owner,
-// holds resource, until at most until by the local clock; Hold again with
-// a later until extends it (a refresh), never with an earlier one. While
-// one does, the first waiter for resource makes no attempt in Redis, where
-// it would be refused, and the Lock's release hands it the lock, or queues
-// it. Unhold records the Lock's end; a Lock that never ends (nobody
-// released it) is forgotten once its own until passes, whatever other
-// Locks of the resource do.
+// holds resource, until at most until by the local clock; Hold again sets
+// that end anew (a refresh, for a longer or a shorter TTL): each Lock
+// calls it in order, with its latest lease. While one holds it, the first
+// waiter for resource makes no attempt in Redis, where it would be
+// refused, and the Lock's release hands it the lock, or queues it. Unhold
+// records that the Lock no longer holds it for sure; a Lock that never
+// ends (nobody released it) is forgotten once its own until passes,
+// whatever other Locks of the resource do.
 func (r *Room) Hold(resource, owner string, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -570,8 +571,10 @@ func (r *Room) Hold(resource, owner string, until time.Time) {
 	}
 	h.prune(now)
 	if i := h.find(owner); i >= 0 {
-		if until.After(h.locks[i].until) {
-			h.locks[i].until = until
+		sooner := until.Before(h.locks[i].until)
+		h.locks[i].until = until
+		if w := r.first(resource); sooner && w != nil && w.heldBack {
+			w.nudge() // it looks again at the nearer end
 		}
 		return
 	}
@@ -624,9 +627,10 @@ func (h *holding) find(owner string) int {
 	return -1
 }
 
-// Unhold records the end of owner's Lock, which Hold counted; when none
-// holds the resource any longer, the first waiter, if it was held back,
-// asks Redis again.
+// Unhold records that owner's Lock no longer holds resource for sure (it
+// ended, or a call's outcome is unknown); nothing, if Hold did not count
+// it. When none holds the resource any longer, the first waiter, if it
+// was held back, asks Redis again.
 func (r *Room) Unhold(resource, owner string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
