@@ -16,14 +16,14 @@ func SetSubscriptionLinger(d time.Duration) (restore func()) {
 	return func() { wait.Linger = old }
 }
 
-// SetHoldHook makes f run, with the Lock's resource, after each
-// transition that made a Lock hold the lock for sure and before the Lock
-// tells its Locker's waiters its state (syncRoom), and returns a function
+// SetSyncHook makes f run, with the Lock's resource, after each
+// transition that changed what a Lock's Locker's waiters should know and
+// before the Lock tells them its state (syncRoom), and returns a function
 // restoring the old hook. Tests set it while no Lock of theirs is granted
 // or refreshed.
-func SetHoldHook(f func(resource string)) (restore func()) {
-	old := testHookHold.Swap(&f)
-	return func() { testHookHold.Store(old) }
+func SetSyncHook(f func(resource string)) (restore func()) {
+	old := testHookSync.Swap(&f)
+	return func() { testHookSync.Store(old) }
 }
 
 // HashSlot is the hash slot of a key, for comparing with CLUSTER KEYSLOT.

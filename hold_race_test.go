@@ -2,7 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,15 +37,15 @@ func TestRefreshHoldOvertakenByReleaseIsUndone(t *testing.T) {
 
 	// The next Refresh succeeds, and stops before it tells the waiters.
 	reached, proceed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	restore := fencedlock.SetHoldHook(func(resource string) {
-		if resource != res {
-			return // another test's Lock
+	// The first of the Lock's news after this point is the Refresh's; the
+	// Release's comes after it and must not wait.
+	var first atomic.Bool
+	restore := fencedlock.SetSyncHook(func(resource string) {
+		if resource != res || !first.CompareAndSwap(false, true) {
+			return // another test's Lock, or news after the Refresh's
 		}
-		once.Do(func() {
-			close(reached)
-			<-proceed
-		})
+		close(reached)
+		<-proceed
 	})
 	defer restore()
 	refreshed := make(chan error, 1)

@@ -332,14 +332,7 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 	// wait.Room.Hold): a change of that, or a renewal, is told to them
 	// once k.mu is unlocked (syncRoom).
 	certain := k.token != 0 && (next == leaseHeld || next == leaseReleasing)
-	switch {
-	case certain && !k.inRoom:
-		after.room = roomHold
-	case certain && e == evRenewed:
-		after.room = roomExtend
-	case !certain && k.inRoom:
-		after.room = roomUnhold
-	}
+	after.room = certain != k.inRoom || (certain && e == evRenewed)
 	k.inRoom = certain
 	return do, after
 }
@@ -350,25 +343,12 @@ type afterUnlock struct {
 	onEnd  func(error)        // to call with why
 	report bool               // report the end (see WithObserver)
 	why    error              // the reason the Lock ended
-	room   roomOp             // what changed for the Locker's waiters (see syncRoom)
+	room   bool               // what the Locker's waiters should know changed: the Lock holds the lock for sure or not, or until when (see syncRoom)
 }
 
-// testHookHold, when a test sets it, runs with the Lock's resource before
-// the Lock tells its Locker's waiters of a transition that made it hold
-// the lock for sure (syncRoom), with k.mu unlocked.
-var testHookHold atomic.Pointer[func(resource string)]
-
-// roomOp is what a transition of a Lock changed for the waiters of its
-// Locker: anything but roomNone makes run call syncRoom, which tells them
-// the Lock's state as it is then.
-type roomOp uint8
-
-const (
-	roomNone   roomOp = iota
-	roomHold          // the Lock holds the lock for sure
-	roomExtend        // a refresh kept it
-	roomUnhold        // it no longer holds it for sure
-)
+// testHookSync, when a test sets it, runs with the Lock's resource before
+// each syncRoom that a transition asks for, with k.mu unlocked.
+var testHookSync atomic.Pointer[func(resource string)]
 
 // and returns what a and b leave to do, for two transitions in a row; the
 // second may end the Lock only if the first did not.
@@ -379,9 +359,7 @@ func (a afterUnlock) and(b afterUnlock) afterUnlock {
 	if b.why != nil {
 		a.onEnd, a.report, a.why = b.onEnd, b.report, b.why
 	}
-	if b.room != roomNone {
-		a.room = b.room
-	}
+	a.room = a.room || b.room
 	return a
 }
 
@@ -392,8 +370,8 @@ func (a afterUnlock) run(k *Lock) {
 	if a.stop != nil {
 		a.stop()
 	}
-	if a.room != roomNone {
-		if hook := testHookHold.Load(); hook != nil && a.room == roomHold {
+	if a.room {
+		if hook := testHookSync.Load(); hook != nil {
 			(*hook)(k.resource)
 		}
 		k.syncRoom()
