@@ -2,8 +2,8 @@ package fencedlock_test
 
 import (
 	"context"
-	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,12 +54,14 @@ func snapshotQueue(t *testing.T, c *redis.Client, queue, deadlines string) queue
 // of cmds (INFO commandstats: those scripts run count too).
 func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	stats, err := redistest.Info(context.Background(), c, "commandstats")
 	require.NoError(t, err)
 	counts := make([]int, len(cmds))
 	for i, cmd := range cmds {
-		if m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info); m != nil {
-			counts[i], _ = strconv.Atoi(m[1])
+		// "calls=N,usec=...", absent for a command never run
+		if calls, ok := strings.CutPrefix(stats["cmdstat_"+cmd], "calls="); ok {
+			counts[i], err = strconv.Atoi(calls[:strings.IndexByte(calls+",", ',')])
+			require.NoError(t, err)
 		}
 	}
 	return counts
