@@ -148,6 +148,7 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 	}
 	lock.contender = contender{l: l, lock: lock, ms: ms, call: cfg.call}
 	c := &lock.contender
+	req.Slot = &c.slot
 	token, base, err := l.room.Wait(ctx, req, c)
 	if !c.waitStart.IsZero() {
 		l.emit(ctx, observe.Event{Kind: observe.WaitEnd, Call: cfg.call, Resource: resource, TTL: req.TTL, Duration: time.Since(c.waitStart)})
@@ -176,6 +177,7 @@ type contender struct {
 	ms        int64        // the TTL asked for, in milliseconds
 	call      observe.Call // the call that acquires
 	waitStart time.Time    // when the wait began, reported (see Refused); zero until then
+	slot      wait.Slot    // the wait's state, allocated with the Lock
 }
 
 func (c *contender) Attempt(ctx context.Context, life time.Duration) (wait.Answer, error) {

@@ -57,7 +57,7 @@ type Lock struct {
 	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
 	until     time.Time          // the lock is certainly held until then, by the local clock
 	granted   time.Time          // local time before the grant was sent
-	releasing chan struct{}      // non-nil while a Release runs; closed when it ends
+	releasing chan struct{}      // made on demand while a Release runs (see releaseEndLocked); closed when it ends
 	pending   error              // a loss found while a Release runs (state leaseReleasingLost)
 	err       error              // why the Lock ended: nil until its state is released or lost
 	done      chan struct{}      // made on demand; closed when the Lock ends
@@ -93,41 +93,80 @@ func (l *Locker) lockFor(resource, owner string) *Lock {
 }
 
 // lock returns an ungranted Lock on resource whose owner nonce is start
-// followed by rest. Its names (keys, owner, channels) are slices of one
-// string, made in one allocation.
+// followed by rest. The names of the resource (its keys and its Locker's
+// channel) come from the last Lock the Locker made, when that was for the
+// same resource, boxed once for the scripts: callers mostly lock the same
+// few resources over and over. Else they are slices of one string, made
+// in one allocation, and become the Locker's last. The names of the Lock
+// itself (its abandon marker and owner) are slices of one string too.
 func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	k := &Lock{locker: l, resource: resource}
+	n := l.names.Load()
+	if n == nil || n.resource != resource {
+		n = l.newNames(resource)
+		l.names.Store(n)
+	}
+	copy(k.keys[:keyMarker], n.keys[:])
+	copy(k.keyArgs[:keyMarker], n.keyArgs[:])
+	k.channel, k.chanArg = n.channel, n.chanArg
+
+	var b strings.Builder
 	nonce := len(start) + len(rest)
+	b.Grow(len(n.markerBase) + 2*nonce + 1)
+	b.WriteString(n.markerBase)
+	b.WriteString(start)
+	b.Write(rest)
+	markerEnd := b.Len()
+	b.WriteString(start) // the owner: the nonce and ':'
+	b.Write(rest)
+	b.WriteByte(':')
+	all := b.String()
+	k.keys[keyMarker] = all[:markerEnd]
+	k.keyArgs[keyMarker] = k.keys[keyMarker]
+	k.owner = all[markerEnd:]
+	return k
+}
+
+// resourceNames are the names a Locker's Locks use for a resource: its
+// keys but the abandon marker's, and the channel of the Locker's grants;
+// the keys and the start of the channels boxed for script arguments.
+// Never changed once made.
+type resourceNames struct {
+	resource   string
+	keys       [keyMarker]string
+	keyArgs    [keyMarker]any
+	markerBase string // the start of the abandon markers' keys, which an owner nonce ends
+	channel    string // where releases that hand the lock to a waiter of this Locker publish
+	chanArg    any    // the start of the resource's channels, which the Locker's id ends
+}
+
+// newNames returns the names of resource, slices of one string made in
+// one allocation.
+func (l *Locker) newNames(resource string) *resourceNames {
+	n := &resourceNames{resource: resource}
 	kinds := [...]string{"lock", "token", "queue", "deadlines", markerKind}
 	var b strings.Builder
-	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlines"+markerKind+"grants:") + 2*nonce + 1 + len(l.id))
+	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlines"+markerKind+"grants:") + len(l.id))
 	var ends [len(kinds)]int
 	for i, kind := range kinds {
 		writeKeyBase(&b, l.prefix, resource)
 		b.WriteString(kind)
 		ends[i] = b.Len()
 	}
-	b.WriteString(start) // the marker's nonce, then the owner: the nonce and ':'
-	b.Write(rest)
-	ends[keyMarker] = b.Len()
-	b.WriteString(start)
-	b.Write(rest)
-	b.WriteByte(':')
-	ownerEnd := b.Len()
 	writeKeyBase(&b, l.prefix, resource)
 	b.WriteString("grants:")
 	chanArgEnd := b.Len()
 	b.WriteString(l.id)
 	all := b.String()
 	from := 0
-	for i, end := range ends {
-		k.keys[i], from = all[from:end], end
-		k.keyArgs[i] = k.keys[i]
+	for i, end := range ends[:keyMarker] {
+		n.keys[i], from = all[from:end], end
+		n.keyArgs[i] = n.keys[i]
 	}
-	k.owner = all[from:ownerEnd]
-	k.channel = all[ownerEnd:]
-	k.chanArg = all[ownerEnd:chanArgEnd]
-	return k
+	n.markerBase = all[from:ends[keyMarker]]
+	n.channel = all[ends[keyMarker]:]
+	n.chanArg = all[ends[keyMarker]:chanArgEnd]
+	return n
 }
 
 // markerKind starts the kind of an attempt's abandon marker key; its
@@ -301,9 +340,6 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 	next, do := k.state.step(e)
 	k.state = next
 	var after afterUnlock
-	if do&doBeginRelease != 0 {
-		k.releasing = make(chan struct{})
-	}
 	if do&doStopHeartbeat != 0 {
 		after.stop, k.stop = k.stop, nil
 	}
@@ -317,7 +353,9 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 		k.expiry.Stop()
 	}
 	if do&doEndRelease != 0 {
-		close(k.releasing)
+		if k.releasing != nil {
+			close(k.releasing)
+		}
 		k.releasing, k.pending = nil, nil
 	}
 	if do&doEnd != 0 {
@@ -641,7 +679,10 @@ func (k *Lock) beginRelease(ctx context.Context) error {
 	for {
 		k.mu.Lock()
 		do, after := k.stepLocked(evReleaseCalled, nil)
-		running := k.releasing
+		var running chan struct{}
+		if do&doWait != 0 {
+			running = k.releaseEndLocked()
+		}
 		k.mu.Unlock()
 		after.run(k)
 		switch {
@@ -654,6 +695,16 @@ func (k *Lock) beginRelease(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// releaseEndLocked returns a channel closed when the running Release
+// ends, made by the first caller that waits for it: most Releases run with
+// nobody waiting. k.mu is held, and a Release runs.
+func (k *Lock) releaseEndLocked() chan struct{} {
+	if k.releasing == nil {
+		k.releasing = make(chan struct{})
+	}
+	return k.releasing
 }
 
 // awaitRelease waits until running, the channel of another Release of
@@ -796,9 +847,9 @@ type releaseCall struct {
 
 // runRelease runs the release script for r, one round trip (see
 // call.BoundedOn).
-func runRelease(ctx context.Context, r releaseCall) ([]any, error) {
+func runRelease(ctx context.Context, r releaseCall) (any, error) {
 	k := r.k
-	return releaseScript.Run(ctx, k.locker.client, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Slice()
+	return releaseScript.Run(ctx, k.locker.client, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Result()
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -965,8 +1016,11 @@ func (k *Lock) lostErr(why string) error {
 // it waits for the Release (while ctx lasts) and returns ErrReleased if
 // it released the lock.
 func (k *Lock) notHeld(ctx context.Context, why string) error {
+	var releasing chan struct{}
 	k.mu.Lock()
-	releasing := k.releasing
+	if k.state.releasing() {
+		releasing = k.releaseEndLocked()
+	}
 	k.mu.Unlock()
 	if releasing != nil {
 		select {
@@ -1066,21 +1120,25 @@ type releaseReply struct {
 	queued bool
 }
 
-// decodeRelease decodes a reply of release.lua: {held} or {held, owner,
+// decodeRelease decodes a reply of release.lua: held, or {held, owner,
 // token, told, queued}.
-func decodeRelease(res []any) (releaseReply, error) {
-	if len(res) != 1 && len(res) != 5 {
-		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
+func decodeRelease(reply any) (releaseReply, error) {
+	res, ok := reply.([]any)
+	held := reply
+	if ok && len(res) == 5 {
+		held = res[0]
+	} else if ok {
+		return releaseReply{}, fmt.Errorf("unexpected reply %v", reply)
 	}
 	var r releaseReply
-	switch held, _ := res[0].(int64); held {
-	case releaseHeld:
+	switch n, isInt := held.(int64); {
+	case isInt && n == releaseHeld:
 		r.held = true
-	case releaseNotHeld:
+	case isInt && n == releaseNotHeld:
 	default:
-		return releaseReply{}, fmt.Errorf("unexpected reply %v", res)
+		return releaseReply{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	if len(res) == 1 {
+	if !ok {
 		return r, nil
 	}
 	owner, _ := res[1].(string)

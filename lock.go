@@ -44,17 +44,18 @@ type Locker struct {
 	prefix string
 	err    error // set by New for a configuration that cannot work
 
-	replicas *replicaWait     // set by WithReplicas
-	idle     time.Duration    // set by WithIdleExpiry
-	idleArg  any              // idle in milliseconds, boxed once for the scripts
-	ttlArgs  boxedMS          // the last TTL in milliseconds an attempt sent, boxed
-	lifeArgs boxedMS          // the last life of a waiter's place an attempt sent, boxed
-	logger   *slog.Logger     // set by WithLogger
-	observer observe.Observer // set by WithObserver
-	cleanups *call.Cleanups   // the cleanups running in the background
-	room     *wait.Room       // the goroutines waiting in Acquire, and their subscription
-	id       string           // 16 random hex digits: the start of its Locks' owner nonces, and the end of its channels' names
-	issued   issuedGrants     // the grants whose tokens' keys IssueToken keeps
+	replicas *replicaWait                  // set by WithReplicas
+	idle     time.Duration                 // set by WithIdleExpiry
+	idleArg  any                           // idle in milliseconds, boxed once for the scripts
+	ttlArgs  boxedMS                       // the last TTL in milliseconds an attempt sent, boxed
+	lifeArgs boxedMS                       // the last life of a waiter's place an attempt sent, boxed
+	names    atomic.Pointer[resourceNames] // the names of the resource of the last Lock made (see Locker.lock)
+	logger   *slog.Logger                  // set by WithLogger
+	observer observe.Observer              // set by WithObserver
+	cleanups *call.Cleanups                // the cleanups running in the background
+	room     *wait.Room                    // the goroutines waiting in Acquire, and their subscription
+	id       string                        // 16 random hex digits: the start of its Locks' owner nonces, and the end of its channels' names
+	issued   issuedGrants                  // the grants whose tokens' keys IssueToken keeps
 }
 
 // Option configures a Locker in New: WithPrefix, WithReplicas,

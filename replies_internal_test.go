@@ -31,14 +31,17 @@ func TestScriptRepliesDecode(t *testing.T) {
 		{"acquire unknown status", func() (any, error) { return decodeAcquire([]any{int64(3), "42"}) }, nil},
 		{"acquire empty", func() (any, error) { return decodeAcquire(nil) }, nil},
 
-		{"release held", func() (any, error) { return decodeRelease([]any{int64(1)}) }, releaseReply{held: true}},
-		{"release not held", func() (any, error) { return decodeRelease([]any{int64(0)}) }, releaseReply{}},
+		{"release held", func() (any, error) { return decodeRelease(int64(1)) }, releaseReply{held: true}},
+		{"release not held", func() (any, error) { return decodeRelease(int64(0)) }, releaseReply{}},
+		{"release held, as an array", func() (any, error) { return decodeRelease([]any{int64(1)}) }, nil},
+		{"release of two", func() (any, error) { return decodeRelease([]any{int64(1), ownerW}) }, nil},
+		{"release status as a string", func() (any, error) { return decodeRelease("1") }, nil},
 		{"release handed over", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(1), int64(0)}) }, releaseReply{held: true, owner: ownerW, token: 43, told: releasePublished}},
 		{"release handed over, unpublished", func() (any, error) { return decodeRelease([]any{int64(0), ownerW, "43", int64(0), int64(0)}) }, releaseReply{owner: ownerW, token: 43}},
 		{"release handed over in the reply, candidate queued", func() (any, error) {
 			return decodeRelease([]any{int64(1), ownerW, "43", int64(2), int64(1)})
 		}, releaseReply{held: true, owner: ownerW, token: 43, told: releaseInReply, queued: true}},
-		{"release unknown status", func() (any, error) { return decodeRelease([]any{int64(2)}) }, nil},
+		{"release unknown status", func() (any, error) { return decodeRelease(int64(2)) }, nil},
 		{"release unknown publish status", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(3), int64(0)}) }, nil},
 		{"release unknown queued status", func() (any, error) { return decodeRelease([]any{int64(1), ownerW, "43", int64(1), int64(2)}) }, nil},
 		{"release hand-over without owner", func() (any, error) { return decodeRelease([]any{int64(1), "", "43", int64(1), int64(0)}) }, nil},

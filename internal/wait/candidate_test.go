@@ -1,6 +1,7 @@
 package wait
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -217,6 +218,17 @@ func TestHoldBack(t *testing.T) {
 	n := len(r.holding)
 	r.mu.Unlock()
 	assert.LessOrEqual(t, n, 2*minSweep, "Locks that ran out are kept for ever")
+
+	// So are the resources whose Locks were released.
+	for i := 0; i < 3*minSweep; i++ {
+		res := "done-" + strconv.Itoa(i)
+		r.Hold(res, "a", until)
+		r.Unhold(res, "a")
+	}
+	r.mu.Lock()
+	n = len(r.holding)
+	r.mu.Unlock()
+	assert.LessOrEqual(t, n, 2*minSweep, "resources whose Locks were released are kept for ever")
 }
 
 // The end of the Locker's last Lock on a resource wakes its first waiter

@@ -93,7 +93,16 @@ type Request struct {
 	Resource, Channel, Owner string
 	TTL                      time.Duration
 	Delays                   Delays
+	// Slot, when not nil, is where the wait keeps its state, so that
+	// it allocates none: the caller's, for this one Wait alone. Nil: the
+	// wait allocates its own.
+	Slot *Slot
 }
+
+// Slot holds the state of one Wait (see Request.Slot), for a caller
+// that embeds it in what it allocates anyway. The zero Slot is ready
+// for use; it must not be used for a second Wait.
+type Slot struct{ w waiter }
 
 // Wait waits for the lock of req, first come first served behind the
 // Room's other waiters for the resource, until c's attempt is granted, a
@@ -109,7 +118,13 @@ type Request struct {
 // Any other error ends it, as does ctx; c.GiveUp then cleans up.
 func (r *Room) Wait(ctx context.Context, req Request, c Contender) (uint64, time.Time, error) {
 	life, _ := req.Delays.Place(req.TTL)
-	w := &waiter{owner: req.Owner, ttl: req.TTL, life: life, wake: make(chan struct{}, 1)}
+	var w *waiter
+	if req.Slot != nil {
+		w = &req.Slot.w
+	} else {
+		w = new(waiter)
+	}
+	*w = waiter{owner: req.Owner, ttl: req.TTL, life: life, wake: make(chan struct{}, 1)}
 	q, first := r.join(req.Resource, req.Channel, w)
 	if !first {
 		c.Refused(ctx)
@@ -353,7 +368,7 @@ type Room struct {
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
 	holding     map[string]*holding    // what Locks of this Locker hold (see Room.Hold)
-	sweepAt     int                    // the size of holding at which Hold next drops what ran out
+	sweepAt     int                    // the size of holding at which Hold next drops the resources no Lock holds
 	subs        map[uint16]*subscriber // subscriptions by group (see Room.subscribe)
 	pubsub      kind                   // learnt by probe
 	pubsubAsked time.Time              // when pubsub was learnt
@@ -582,7 +597,8 @@ func (r *Room) Hold(resource, owner string, until time.Time) {
 }
 
 // minSweep is the fewest resources Room.holding holds before Hold drops
-// those whose Locks were never released.
+// those no Lock holds any longer: released, or never released and run
+// out.
 const minSweep = 64
 
 // holding is what a Room knows of the Locks of its Locker that hold a
@@ -646,7 +662,7 @@ func (r *Room) Unhold(resource, owner string) {
 	if !h.prune(time.Now()).IsZero() {
 		return
 	}
-	delete(r.holding, resource)
+	// h stays, empty, for the resource's next Lock, until Hold sweeps.
 	// Only a waiter held back asks Redis again: one that has a place
 	// there already (the release queued it) would only poll.
 	if w := r.first(resource); w != nil && w.heldBack {
@@ -661,11 +677,7 @@ func (r *Room) heldUntil(resource string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	until := h.prune(time.Now())
-	if until.IsZero() {
-		delete(r.holding, resource)
-	}
-	return until
+	return h.prune(time.Now())
 }
 
 // first returns the first waiter for resource, or nil. The Room's mu is

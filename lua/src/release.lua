@@ -22,9 +22,10 @@
 --          'classic' when not, '' when not known
 --
 -- Replies:
---   {HELD (1)}                          the caller held the lock, and
---                                       it is deleted
---   {NOT_HELD (0)}                      the caller did not hold it: the
+--   HELD (1)                            the caller held the lock, and
+--                                       it is deleted (an integer, not
+--                                       an array: cheaper to read)
+--   NOT_HELD (0)                        the caller did not hold it: the
 --                                       lock is free, or another's,
 --                                       which stays
 --   {held, owner, token, told, queued}  the lock was handed to the
@@ -82,7 +83,7 @@ if ARGV[3] == '' and ARGV[4] == '' and ARGV[6] == '' then
   if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] and
       redis.call('EXISTS', KEYS[3]) == 0 then
     redis.call('DEL', KEYS[1])
-    return {HELD}
+    return HELD
   end
 end
 --@end
@@ -102,7 +103,7 @@ if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   held = HELD
 elseif v then
   -- another owner's lock, or a key of another type: left as it is
-  return {NOT_HELD}
+  return NOT_HELD
 end
 local locker = string.sub(ARGV[1], 1, 16)
 local candidate = ARGV[6]
@@ -141,4 +142,4 @@ end
 if held == HELD then
   redis.call('DEL', KEYS[1])
 end
-return {held}
+return held
