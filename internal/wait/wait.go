@@ -184,6 +184,14 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		if call.Ended(ctx) != nil {
 			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		}
+		// What woke the waiter is looked at below: a nudge from now on
+		// is news that this turn may not see, and wakes the next one.
+		// (One drained after the grant was taken could be a grant's, which
+		// would then wait for the waiter's renewal.)
+		select {
+		case <-w.wake:
+		default:
+		}
 		// A grant in the reply of this Locker's own release is measured
 		// from before that release was sent. One handed over by another's
 		// release came after the refused attempt ran (its token is above
@@ -191,16 +199,16 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		// refused+ttl. One that came too late to be sure the lock is still
 		// there is checked by the attempt below: its script returns the
 		// grant, renewed, if it is still this waiter's.
-		if t, at := r.takeGrant(w); t != 0 && !at.IsZero() {
+		t, at := r.takeGrant(w)
+		if testHookTook != nil {
+			testHookTook(w)
+		}
+		if t != 0 && !at.IsZero() {
 			return t, at, nil
 		} else if t != 0 && time.Since(st.refused) < certainFor(req.TTL) {
 			return t, st.refused, nil
 		} else if t != 0 {
 			heard = t
-		}
-		select {
-		case <-w.wake:
-		default:
 		}
 		wait := renew
 		var (
@@ -294,6 +302,10 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		}
 	}
 }
+
+// testHookTook, when set, runs in each turn of a contending waiter's loop
+// right after it took its grant, if any, for tests.
+var testHookTook func(*waiter)
 
 // certainFor is how long a grant for ttl, measured from before it was
 // sent, is certain to hold the lock: all but a twentieth of ttl (the
