@@ -57,6 +57,7 @@ type Lock struct {
 	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
 	until     time.Time          // the lock is certainly held until then, by the local clock
 	granted   time.Time          // local time before the grant was sent
+	unsureAt  time.Time          // local time before the latest Refresh or Release whose outcome is unknown was sent; zero until one
 	releasing chan struct{}      // made on demand while a Release runs (see releaseEndLocked); closed when it ends
 	pending   error              // a loss found while a Release runs (state leaseReleasingLost)
 	err       error              // why the Lock ended: nil until its state is released or lost
@@ -283,13 +284,16 @@ func (k *Lock) grant(token Token, sent time.Time, ttl time.Duration) {
 // hold records a grant, or a refresh, of the lock for ttl, sent at sent:
 // the lock is held at least until sent+ttl, and certainly (by the
 // heartbeat's rule, see certainFor) until sent+certainFor(ttl). A success
-// sent before the last one tells nothing new.
+// sent before the last one tells nothing new; nor does one sent before a
+// Refresh or Release whose outcome is unknown (see unknown): that call may
+// have run after it, shortening or deleting the lock, and the Lock stays
+// uncertain until a success sent after that call.
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	if k.granted.IsZero() {
 		k.granted = sent
 	}
-	if !sent.After(k.base) {
+	if !sent.After(k.base) || !sent.After(k.unsureAt) {
 		k.mu.Unlock()
 		return
 	}
@@ -309,6 +313,7 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	k.retune(ttl)
+	k.unsureLocked(sent)
 	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
 		prev := k.until
 		k.until = end
@@ -317,6 +322,15 @@ func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	_, after := k.stepLocked(evRefreshUnknown, nil)
 	k.mu.Unlock()
 	after.run(k)
+}
+
+// unsureLocked records that a call sent at sent has an unknown outcome:
+// only a success sent after it ends the Lock's uncertainty (see hold).
+// k.mu is held.
+func (k *Lock) unsureLocked(sent time.Time) {
+	if sent.After(k.unsureAt) {
+		k.unsureAt = sent
+	}
 }
 
 // retune sets the TTL the heartbeat refreshes with, and tells the
@@ -668,7 +682,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	sent := time.Now()
 	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
-	return k.finishRelease(r.held, err)
+	return k.finishRelease(r.held, err, sent)
 }
 
 // beginRelease makes the caller the Lock's running Release, and stops the
@@ -722,11 +736,11 @@ func (k *Lock) awaitRelease(ctx context.Context, running <-chan struct{}) error 
 }
 
 // finishRelease applies the outcome of the running Release, whose script
-// call returned held and err, and returns Release's error. The Lock ends,
+// call, sent at sent, returned held and err, and returns Release's error. The Lock ends,
 // when it does, in the same step as the Release stops running, so that a
 // Refresh that raced it and found the key gone (see notHeld) sees how it
 // ended.
-func (k *Lock) finishRelease(held bool, err error) error {
+func (k *Lock) finishRelease(held bool, err error, sent time.Time) error {
 	var e leaseEvent
 	var why error // the reason the Lock ends, if this ends it
 	switch {
@@ -743,6 +757,9 @@ func (k *Lock) finishRelease(held bool, err error) error {
 	k.mu.Lock()
 	if why == nil {
 		why = k.pending // a failed Release ends the Lock only for a loss found while it ran
+	}
+	if e == evReleaseUnknown {
+		k.unsureLocked(sent)
 	}
 	_, after := k.stepLocked(e, why)
 	k.mu.Unlock()

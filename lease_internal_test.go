@@ -119,7 +119,7 @@ func newEndRecorder(t *testing.T, ttl time.Duration, beat bool) *endRecorder {
 func (r *endRecorder) failRelease(t *testing.T, err error) {
 	t.Helper()
 	require.NoError(t, r.k.beginRelease(context.Background()))
-	assert.ErrorIs(t, r.k.finishRelease(false, err), err)
+	assert.ErrorIs(t, r.k.finishRelease(false, err, time.Now()), err)
 	require.NoError(t, r.k.Err(), "a failed Release ended the Lock")
 }
 
@@ -161,11 +161,11 @@ func TestLeaseEndStopsTheExpiryTimer(t *testing.T) {
 	}{
 		{"released by a second Release", func(t *testing.T, k *Lock) {
 			require.NoError(t, k.beginRelease(context.Background()))
-			require.NoError(t, k.finishRelease(true, nil))
+			require.NoError(t, k.finishRelease(true, nil, time.Now()))
 		}, ErrReleased},
 		{"a second Release found it gone", func(t *testing.T, k *Lock) {
 			require.NoError(t, k.beginRelease(context.Background()))
-			require.ErrorIs(t, k.finishRelease(false, nil), ErrLockLost)
+			require.ErrorIs(t, k.finishRelease(false, nil, time.Now()), ErrLockLost)
 		}, ErrLockLost},
 		{"a Refresh found it gone", func(t *testing.T, k *Lock) {
 			require.ErrorIs(t, k.lost("refresh found the lock gone or taken"), ErrLockLost)
@@ -174,7 +174,7 @@ func TestLeaseEndStopsTheExpiryTimer(t *testing.T) {
 			require.NoError(t, k.beginRelease(context.Background()))
 			require.ErrorIs(t, k.lost("refresh found the lock gone or taken"), ErrLockLost)
 			require.NoError(t, k.Err(), "a loss during a Release ended the Lock before the Release did")
-			require.ErrorIs(t, k.finishRelease(false, errTimeout), errTimeout)
+			require.ErrorIs(t, k.finishRelease(false, errTimeout, time.Now()), errTimeout)
 		}, ErrLockLost},
 	} {
 		tc := tc
@@ -236,7 +236,7 @@ func TestLeaseExpiryTimer(t *testing.T) {
 		k.token = 7
 		k.hold(time.Now(), 20*time.Millisecond)
 		require.NoError(t, k.beginRelease(context.Background()))
-		assert.ErrorIs(t, k.finishRelease(false, errTimeout), errTimeout)
+		assert.ErrorIs(t, k.finishRelease(false, errTimeout, time.Now()), errTimeout)
 		assert.Nil(t, k.expiry, "a timer armed for a Lock nobody watches")
 		time.Sleep(60 * time.Millisecond)
 		k.mu.Lock()
@@ -273,7 +273,7 @@ func TestLeaseLossDuringRelease(t *testing.T) {
 			assert.ErrorIs(t, r.k.ranOut("second loss"), ErrLockLost)
 			require.NoError(t, r.k.Err())
 			assert.False(t, isClosed(r.k.Done()))
-			_ = r.k.finishRelease(tc.held, tc.err)
+			_ = r.k.finishRelease(tc.held, tc.err, time.Now())
 			r.requireEnded(t, tc.want)
 			if tc.want == ErrReleased {
 				assert.NotErrorIs(t, r.k.Err(), ErrLockLost)
@@ -301,7 +301,7 @@ func TestLeaseSecondReleaseWaits(t *testing.T) {
 		got := second(r.k, context.Background())
 		time.Sleep(20 * time.Millisecond)
 		assert.Empty(t, got, "the second Release did not wait")
-		require.NoError(t, r.k.finishRelease(true, nil))
+		require.NoError(t, r.k.finishRelease(true, nil, time.Now()))
 		err := <-got
 		assert.ErrorIs(t, err, ErrReleased)
 		assert.Contains(t, err.Error(), `"r" (token 7)`)
@@ -311,7 +311,7 @@ func TestLeaseSecondReleaseWaits(t *testing.T) {
 		require.NoError(t, r.k.beginRelease(context.Background()))
 		got := second(r.k, context.Background())
 		time.Sleep(20 * time.Millisecond)
-		_ = r.k.finishRelease(false, errTimeout)
+		_ = r.k.finishRelease(false, errTimeout, time.Now())
 		require.NoError(t, <-got, "the second Release did not run after the first failed")
 		r.k.mu.Lock()
 		state := r.k.state
@@ -395,4 +395,49 @@ func TestReleasedAfterAFailedReleaseLeavesNoTimer(t *testing.T) {
 			assert.False(t, timer.Stop(), "the expiry timer still armed after the Lock was released (%v)", failure)
 		}
 	})
+}
+
+// A success sent before a Refresh or Release whose outcome is unknown
+// leaves the Lock uncertain, and its lease's end where that call put it:
+// the call may have run after it, shortening the lock or deleting it. A
+// success sent after the call ends the uncertainty.
+func TestSuccessSentBeforeAnUnknownCallLeavesTheLockUncertain(t *testing.T) {
+	const long, short = 30 * time.Second, 2 * time.Second
+	for _, unknownCall := range []string{"refresh", "release"} {
+		t.Run(unknownCall, func(t *testing.T) {
+			r := newEndRecorder(t, long, false)
+			k := r.k
+			k.mu.Lock()
+			t1 := k.base.Add(time.Millisecond) // the success, sent first
+			k.mu.Unlock()
+			t2 := t1.Add(time.Millisecond) // the call whose outcome is unknown
+			if unknownCall == "refresh" {
+				k.unknown(t2, short)
+			} else {
+				require.NoError(t, k.beginRelease(context.Background()))
+				require.ErrorIs(t, k.finishRelease(false, errTimeout, t2), errTimeout)
+			}
+			k.mu.Lock()
+			untilBefore := k.until
+			k.mu.Unlock()
+
+			k.hold(t1, long)
+			k.mu.Lock()
+			state, until := k.state, k.until
+			k.mu.Unlock()
+			assert.Equal(t, leaseUncertain, state, "a success sent before the unknown %s made the Lock certain", unknownCall)
+			assert.Equal(t, untilBefore, until, "a success sent before the unknown %s moved the lease's end", unknownCall)
+			if unknownCall == "refresh" {
+				assert.False(t, until.After(t2.Add(certainFor(short))), "the lease outlasts what the unknown refresh may have left")
+			}
+
+			t3 := t2.Add(time.Millisecond)
+			k.hold(t3, long)
+			k.mu.Lock()
+			state, until = k.state, k.until
+			k.mu.Unlock()
+			assert.Equal(t, leaseHeld, state, "a success sent after the unknown %s left the Lock uncertain", unknownCall)
+			assert.Equal(t, t3.Add(certainFor(long)), until)
+		})
+	}
 }

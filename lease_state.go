@@ -9,9 +9,9 @@ type leaseState uint8
 
 const (
 	leaseHeld               leaseState = iota // held for sure until its lease runs out by the local clock
-	leaseUncertain                            // a Refresh or Release since the last success had no known outcome
+	leaseUncertain                            // a Refresh or Release sent after the last success was sent had no known outcome
 	leaseReleasing                            // a Release runs; the Lock was held for sure when it began, or a Refresh succeeded since
-	leaseReleasingUncertain                   // a Release runs; a Refresh or Release before it or during it had no known outcome
+	leaseReleasingUncertain                   // a Release runs; a Refresh or Release sent after the last success was sent had no known outcome
 	leaseReleasingLost                        // a Release runs, and a loss was found meanwhile: it ends the Lock if the Release fails
 	leaseReleased                             // Release released it: final
 	leaseLost                                 // found lost: final
