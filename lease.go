@@ -94,37 +94,69 @@ func (l *Locker) lockFor(resource, owner string) *Lock {
 }
 
 // lock returns an ungranted Lock on resource whose owner nonce is start
-// followed by rest. The names of the resource (its keys and its Locker's
-// channel) come from the last Lock the Locker made, when that was for the
-// same resource, boxed once for the scripts: callers mostly lock the same
-// few resources over and over. Else they are slices of one string, made
-// in one allocation, and become the Locker's last. The names of the Lock
-// itself (its abandon marker and owner) are slices of one string too.
+// followed by rest. When the Locker's last Lock was for the same resource
+// (callers mostly lock one resource over and over), the names of the
+// resource (its keys and its Locker's channel), boxed for the scripts,
+// are that Lock's, and only the Lock's own (its abandon marker and owner)
+// are made, as slices of one string. Else all of them are slices of one
+// string, made in one allocation, and the resource's become the Locker's
+// last.
 func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	k := &Lock{locker: l, resource: resource}
-	n := l.names.Load()
-	if n == nil || n.resource != resource {
-		n = l.newNames(resource)
-		l.names.Store(n)
-	}
-	copy(k.keys[:keyMarker], n.keys[:])
-	copy(k.keyArgs[:keyMarker], n.keyArgs[:])
-	k.channel, k.chanArg = n.channel, n.chanArg
-
-	var b strings.Builder
 	nonce := len(start) + len(rest)
-	b.Grow(len(n.markerBase) + 2*nonce + 1)
-	b.WriteString(n.markerBase)
+	if n := l.names.Load(); n != nil && n.resource == resource {
+		copy(k.keys[:keyMarker], n.keys[:])
+		copy(k.keyArgs[:keyMarker], n.keyArgs[:])
+		k.channel, k.chanArg = n.channel, n.chanArg
+		var b strings.Builder
+		b.Grow(len(n.markerBase) + 2*nonce + 1)
+		b.WriteString(n.markerBase)
+		b.WriteString(start)
+		b.Write(rest)
+		markerEnd := b.Len()
+		b.WriteString(start) // the owner: the nonce and ':'
+		b.Write(rest)
+		b.WriteByte(':')
+		all := b.String()
+		k.keys[keyMarker] = all[:markerEnd]
+		k.keyArgs[keyMarker] = k.keys[keyMarker]
+		k.owner = all[markerEnd:]
+		return k
+	}
+	kinds := [...]string{"lock", "token", "queue", "deadlines", markerKind}
+	var b strings.Builder
+	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlines"+markerKind+"grants:") + 2*nonce + 1 + len(l.id))
+	var ends [len(kinds)]int
+	for i, kind := range kinds {
+		writeKeyBase(&b, l.prefix, resource)
+		b.WriteString(kind)
+		ends[i] = b.Len()
+	}
+	b.WriteString(start) // the marker's nonce, then the owner: the nonce and ':'
+	b.Write(rest)
+	ends[keyMarker] = b.Len()
 	b.WriteString(start)
 	b.Write(rest)
-	markerEnd := b.Len()
-	b.WriteString(start) // the owner: the nonce and ':'
-	b.Write(rest)
 	b.WriteByte(':')
+	ownerEnd := b.Len()
+	writeKeyBase(&b, l.prefix, resource)
+	b.WriteString("grants:")
+	chanArgEnd := b.Len()
+	b.WriteString(l.id)
 	all := b.String()
-	k.keys[keyMarker] = all[:markerEnd]
-	k.keyArgs[keyMarker] = k.keys[keyMarker]
-	k.owner = all[markerEnd:]
+	from := 0
+	for i, end := range ends {
+		k.keys[i], from = all[from:end], end
+		k.keyArgs[i] = k.keys[i]
+	}
+	k.owner = all[from:ownerEnd]
+	k.channel = all[ownerEnd:]
+	k.chanArg = all[ownerEnd:chanArgEnd]
+
+	n := &resourceNames{resource: resource, markerBase: all[ends[keyMarker-1] : ends[keyMarker]-nonce], channel: k.channel, chanArg: k.chanArg}
+	copy(n.keys[:], k.keys[:keyMarker])
+	copy(n.keyArgs[:], k.keyArgs[:keyMarker])
+	l.names.Store(n)
 	return k
 }
 
@@ -139,35 +171,6 @@ type resourceNames struct {
 	markerBase string // the start of the abandon markers' keys, which an owner nonce ends
 	channel    string // where releases that hand the lock to a waiter of this Locker publish
 	chanArg    any    // the start of the resource's channels, which the Locker's id ends
-}
-
-// newNames returns the names of resource, slices of one string made in
-// one allocation.
-func (l *Locker) newNames(resource string) *resourceNames {
-	n := &resourceNames{resource: resource}
-	kinds := [...]string{"lock", "token", "queue", "deadlines", markerKind}
-	var b strings.Builder
-	b.Grow((len(kinds)+1)*keyBaseLen(l.prefix, resource) + len("locktokenqueuedeadlines"+markerKind+"grants:") + len(l.id))
-	var ends [len(kinds)]int
-	for i, kind := range kinds {
-		writeKeyBase(&b, l.prefix, resource)
-		b.WriteString(kind)
-		ends[i] = b.Len()
-	}
-	writeKeyBase(&b, l.prefix, resource)
-	b.WriteString("grants:")
-	chanArgEnd := b.Len()
-	b.WriteString(l.id)
-	all := b.String()
-	from := 0
-	for i, end := range ends[:keyMarker] {
-		n.keys[i], from = all[from:end], end
-		n.keyArgs[i] = n.keys[i]
-	}
-	n.markerBase = all[from:ends[keyMarker]]
-	n.channel = all[ends[keyMarker]:]
-	n.chanArg = all[ends[keyMarker]:chanArgEnd]
-	return n
 }
 
 // markerKind starts the kind of an attempt's abandon marker key; its

@@ -70,7 +70,7 @@ type leaseEffects uint16
 
 const (
 	doWait          leaseEffects = 1 << iota // another Release runs: wait until it ends, then call again
-	doBeginRelease                           // this Release runs now: make the channel closed when it ends
+	doBeginRelease                           // this Release runs now (a caller that waits for its end makes the channel: see Lock.releaseEndLocked)
 	doStopHeartbeat                          // stop the heartbeat, if one runs
 	doKeepLoss                               // keep the event's loss for the running Release
 	doArmExpiry                              // when someone watches and no heartbeat runs: end the Lock when its lease runs out by the local clock

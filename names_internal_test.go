@@ -40,6 +40,36 @@ func TestLockNames(t *testing.T) {
 			assert.Equal(t, keyFor(prefix, resource, "grants:"+l.id), k.channel)
 			assert.Equal(t, keyFor(prefix, resource, "grants:"), k.chanArg)
 			assert.Equal(t, resource, k.resource)
+
+			// The Lock of another owner (a waiter's, for its cleanup).
+			const other = "0123456789abcdef0011223344556677:"
+			o := l.lockFor(resource, other)
+			assert.Equal(t, other, o.owner)
+			assert.Equal(t, want[:keyMarker], o.keys[:keyMarker])
+			assert.Equal(t, keyFor(prefix, resource, markerKind+other[:len(other)-1]), o.keys[keyMarker])
+			assert.Equal(t, o.keys[keyMarker], o.keyArgs[keyMarker])
+			assert.Equal(t, k.channel, o.channel)
 		}
+	}
+}
+
+// BenchmarkNewLock measures the names of a new Lock: for the resource of
+// the Locker's last Lock, and for resources that change every time.
+func BenchmarkNewLock(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // nothing is sent
+	b.Cleanup(func() { c.Close() })
+	for _, bc := range []struct {
+		name      string
+		resources []string
+	}{{"same", []string{"a"}}, {"alternating", []string{"a", "b"}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := New(c)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := l.newLock(bc.resources[i%len(bc.resources)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -266,8 +266,9 @@ func replyOf(v any, err error) any {
 	return v
 }
 
-// sameReply compares two replies: integers as durations, strings with
-// sameString.
+// sameReply compares two replies: a status (a reply that is an integer,
+// or the first integer of an array) exactly, the other integers as
+// durations, strings with sameString.
 func (tol tolerance) sameReply(a, b any) bool {
 	switch a := a.(type) {
 	case []any:
@@ -276,19 +277,33 @@ func (tol tolerance) sameReply(a, b any) bool {
 			return false
 		}
 		for i := range a {
-			if !tol.sameReply(a[i], b[i]) {
+			same := tol.sameElem
+			if i == 0 {
+				same = tol.sameReply
+			}
+			if !same(a[i], b[i]) {
 				return false
 			}
 		}
 		return true
 	case int64:
 		b, ok := b.(int64)
-		return ok && tol.sameTTL(a, b)
+		return ok && a == b
 	case string:
 		b, ok := b.(string)
 		return ok && tol.sameString(a, b)
 	}
 	return a == b
+}
+
+// sameElem compares two elements of an array reply after its first:
+// integers as durations, the rest as sameReply.
+func (tol tolerance) sameElem(a, b any) bool {
+	if a, ok := a.(int64); ok {
+		b, ok := b.(int64)
+		return ok && tol.sameTTL(a, b)
+	}
+	return tol.sameReply(a, b)
 }
 
 func (tol tolerance) sameKeys(a, b []keySnapshot) bool {

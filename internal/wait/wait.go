@@ -93,9 +93,9 @@ type Request struct {
 	Resource, Channel, Owner string
 	TTL                      time.Duration
 	Delays                   Delays
-	// Slot, when not nil, is where the wait keeps its state, so that
-	// it allocates none: the caller's, for this one Wait alone. Nil: the
-	// wait allocates its own.
+	// Slot, when not nil, is where the wait keeps its waiter, so that it
+	// allocates none (its wake channel it still makes): the caller's, for
+	// this one Wait alone. Nil: the wait allocates its own.
 	Slot *Slot
 }
 
@@ -184,14 +184,6 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		if call.Ended(ctx) != nil {
 			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		}
-		// What woke the waiter is looked at below: a nudge from now on
-		// is news that this turn may not see, and wakes the next one.
-		// (One drained after the grant was taken could be a grant's, which
-		// would then wait for the waiter's renewal.)
-		select {
-		case <-w.wake:
-		default:
-		}
 		// A grant in the reply of this Locker's own release is measured
 		// from before that release was sent. One handed over by another's
 		// release came after the refused attempt ran (its token is above
@@ -199,9 +191,9 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		// refused+ttl. One that came too late to be sure the lock is still
 		// there is checked by the attempt below: its script returns the
 		// grant, renewed, if it is still this waiter's.
-		t, at := r.takeGrant(w)
-		if testHookTook != nil {
-			testHookTook(w)
+		t, at := r.takeTurn(w)
+		if hook := testHookTook.Load(); hook != nil {
+			(*hook)(w)
 		}
 		if t != 0 && !at.IsZero() {
 			return t, at, nil
@@ -305,7 +297,7 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 
 // testHookTook, when set, runs in each turn of a contending waiter's loop
 // right after it took its grant, if any, for tests.
-var testHookTook func(*waiter)
+var testHookTook atomic.Pointer[func(*waiter)]
 
 // certainFor is how long a grant for ttl, measured from before it was
 // sent, is certain to hold the lock: all but a twentieth of ttl (the
@@ -886,6 +878,27 @@ func (r *Room) attempted(w *waiter, granted bool) {
 func (r *Room) takeGrant(w *waiter) (token uint64, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.takeGrantLocked(w)
+}
+
+// takeTurn starts a turn of the loop of w, the contending waiter: it
+// drains w's wake and takes its grant (see takeGrant) in one step, under
+// the Room's mu, as every nudge is sent. So a nudge pending after it is
+// news this turn has not seen, and wakes the next; and none is lost, as
+// one drained after the grant was taken would be (its grant would wait
+// for the waiter's renewal).
+func (r *Room) takeTurn(w *waiter) (token uint64, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-w.wake:
+	default:
+	}
+	return r.takeGrantLocked(w)
+}
+
+// takeGrantLocked is takeGrant with the Room's mu held.
+func (r *Room) takeGrantLocked(w *waiter) (token uint64, at time.Time) {
 	t, at := w.granted, w.grantedAt
 	w.granted, w.grantedAt = 0, time.Time{}
 	if at.IsZero() && w.late(t) {

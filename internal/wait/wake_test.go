@@ -35,12 +35,13 @@ func TestGrantHeardWhileTheWaiterLooksIsTaken(t *testing.T) {
 	r.Hold("res", "h:", time.Now().Add(time.Hour))
 
 	var queued, delivered atomic.Bool
-	testHookTook = func(w *waiter) {
+	hook := func(w *waiter) {
 		if queued.Load() && delivered.CompareAndSwap(false, true) {
 			r.Deliver("res", w.owner, 11, time.Time{})
 		}
 	}
-	t.Cleanup(func() { testHookTook = nil })
+	testHookTook.Store(&hook)
+	t.Cleanup(func() { testHookTook.Store(nil) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
