@@ -297,10 +297,14 @@ func (tol tolerance) sameReply(a, b any) bool {
 }
 
 // sameElem compares two elements of an array reply after its first:
+// tokens (integers from 1e12) as sameString compares them, the other
 // integers as durations, the rest as sameReply.
 func (tol tolerance) sameElem(a, b any) bool {
 	if a, ok := a.(int64); ok {
 		b, ok := b.(int64)
+		if ok && (a >= 1e12 || b >= 1e12) {
+			return tol.sameString(strconv.FormatInt(a, 10), strconv.FormatInt(b, 10))
+		}
 		return ok && tol.sameTTL(a, b)
 	}
 	return tol.sameReply(a, b)

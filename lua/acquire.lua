@@ -14,8 +14,9 @@
 -- ARGV[4]  the idle expiry in milliseconds (0: none) of the counter
 --
 -- Replies:
---   {GRANTED (1), token}      the lock is the caller's, with token (a
---                             digit string)
+--   {GRANTED (1), token}      the lock is the caller's, with token (an
+--                             integer below 2^53, which a Lua number
+--                             holds exactly; above, a digit string)
 --   {REFUSED (0), ms, floor}  the lock is another's, or promised to a
 --                             waiter ahead: ms is how long until it may
 --                             be free (the holder's PTTL, or the
@@ -66,7 +67,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
       redis.call('SET', KEYS[2], t, 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
     end
     redis.call('SET', KEYS[1], ARGV[1] .. t, 'PX', ARGV[2])
-    return {GRANTED, t}
+    return {GRANTED, tonumber(t)}
   end
 end
 
@@ -375,6 +376,16 @@ end
 -- lua/src/acquire.lua, continued:
 
 -- The whole decision, for every case.
+
+-- The reply of a grant with token t (a digit string): an integer below
+-- 2^53 (cheaper for the client to read), else the string.
+local function granted(t)
+  if less(t, '9007199254740992') then
+    return {GRANTED, tonumber(t)}
+  end
+  return {GRANTED, t}
+end
+
 local waiting = ARGV[3] ~= ''
 local entry = ARGV[1] .. ARGV[2]
 
@@ -401,7 +412,7 @@ if held then
     -- of): renewed, with its counter
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     extend_idle(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[4]))
-    return {GRANTED, string.sub(held, #ARGV[1] + 1)}
+    return granted(string.sub(held, #ARGV[1] + 1))
   end
   return refuse(redis.call('PTTL', KEYS[1]))
 end
@@ -417,4 +428,4 @@ end
 if head then
   dequeue(KEYS[3], KEYS[4], entry)
 end
-return {GRANTED, t}
+return granted(t)
