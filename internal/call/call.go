@@ -72,11 +72,12 @@ func BoundedOn[A, T any](ctx context.Context, heeds bool, a A, f func(context.Co
 // goroutine: ctx never ends, or the client heeds its deadline. deadline
 // is ctx's, if it has one.
 func onCaller(ctx context.Context, heeds bool) (deadline time.Time, here bool) {
-	if ctx.Done() == nil {
-		return time.Time{}, true
+	// The deadline first: Done makes the channel of a ctx that has one,
+	// which nothing here needs.
+	if deadline, ok := ctx.Deadline(); ok {
+		return deadline, heeds
 	}
-	deadline, ok := ctx.Deadline()
-	return deadline, heeds && ok
+	return time.Time{}, ctx.Done() == nil
 }
 
 // timedOut returns err, the error of a round trip run on the caller's
