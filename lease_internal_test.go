@@ -129,10 +129,12 @@ func (r *endRecorder) requireEnded(t *testing.T, want error) {
 	t.Helper()
 	require.ErrorIs(t, r.k.Err(), want)
 	assert.True(t, isClosed(r.k.Done()), "Done open after the end")
+	// onEnded runs after the Lock's mutex is released, so a moment after
+	// Done is closed when a timer ends the Lock.
 	select {
 	case got := <-r.ends:
 		assert.Equal(t, r.k.Err(), got, "onEnded got another error than Err")
-	default:
+	case <-time.After(5 * time.Second):
 		t.Error("onEnded not called")
 	}
 	assert.Empty(t, r.ends, "onEnded called twice")
