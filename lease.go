@@ -739,10 +739,10 @@ func (k *Lock) awaitRelease(ctx context.Context, running <-chan struct{}) error 
 }
 
 // finishRelease applies the outcome of the running Release, whose script
-// call, sent at sent, returned held and err, and returns Release's error. The Lock ends,
-// when it does, in the same step as the Release stops running, so that a
-// Refresh that raced it and found the key gone (see notHeld) sees how it
-// ended.
+// call, sent at sent, returned held and err, and returns Release's error.
+// The Lock ends, when it does, in the same step as the Release stops
+// running, so that a Refresh that raced it and found the key gone (see
+// notHeld) sees how it ended.
 func (k *Lock) finishRelease(held bool, err error, sent time.Time) error {
 	var e leaseEvent
 	var why error // the reason the Lock ends, if this ends it
