@@ -127,7 +127,7 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 			k.ranOut(ranOutWhy(ttl, err))
 			return
 		default:
-			k.unknown(sent, ttl)
+			k.unknown(sent, time.Now(), ttl)
 			retry = time.Now().Add(max(every/4, time.Millisecond))
 			k.refreshFailed(ttl, err)
 		}

@@ -27,7 +27,9 @@ import (
 // Release or TTL call, or the heartbeat (see WithHeartbeat), finds the key
 // gone or another owner's, or its lease ran out by the local clock: no
 // Refresh (the heartbeat's or the caller's) succeeded within its TTL, less
-// a twentieth, since the last grant or refresh was sent. Done and Err
+// a twentieth, since the last grant or refresh was sent (one sent before
+// a Refresh of unknown outcome returned counts only as far as that
+// Refresh may have left the lock: see docs/errors.md). Done and Err
 // report which. Once a Lock is no longer held, its methods send nothing
 // more to Redis.
 //
@@ -51,25 +53,32 @@ type Lock struct {
 	// taken while it is.
 	roomMu sync.Mutex
 
-	mu        sync.Mutex         // guards the fields below
-	state     leaseState         // moved by stepLocked only
-	base      time.Time          // local time before the last successful grant or refresh was sent
-	ttl       time.Duration      // the TTL the heartbeat refreshes with: the last one asked for
-	until     time.Time          // the lock is certainly held until then, by the local clock
-	granted   time.Time          // local time before the grant was sent
-	unsureAt  time.Time          // local time before the latest Refresh or Release whose outcome is unknown was sent; zero until one
-	releasing chan struct{}      // made on demand while a Release runs (see releaseEndLocked); closed when it ends
-	pending   error              // a loss found while a Release runs (state leaseReleasingLost)
-	err       error              // why the Lock ended: nil until its state is released or lost
-	done      chan struct{}      // made on demand; closed when the Lock ends
-	stop      context.CancelFunc // stops the heartbeat, if one was started
-	kick      chan struct{}      // tells the heartbeat that the TTL changed
-	expiry    *time.Timer        // ends the Lock at its lease while someone watches and no heartbeat runs (see armExpiryLocked); nil until then
-	onEnd     func(error)        // called once when the Lock ends
-	announced bool               // the acquire's success was reported (see WithObserver): so is the end
-	inRoom    bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
-	evCtx     context.Context    // the ctx of the Lock's later events: the observer's, from its AcquireEnd; nil until announced
-	call      observe.Call       // the call that acquired the Lock, for its events; set before it is shared
+	mu      sync.Mutex    // guards the fields below
+	state   leaseState    // moved by stepLocked only
+	base    time.Time     // local time before the last successful grant or refresh was sent
+	ttl     time.Duration // the TTL the heartbeat refreshes with: the last one asked for
+	until   time.Time     // the lock is certainly held until then, by the local clock
+	granted time.Time     // local time before the grant was sent
+	// What the calls of unknown outcome since the last success sent
+	// after them leave (see hold): when the latest of them returned; the
+	// earliest end the Refreshes among them may have left the lease with
+	// (zero when none); and whether a Release is among them (it may have
+	// deleted the lock).
+	unsureAt   time.Time
+	unsureEnd  time.Time
+	unsureGone bool
+	releasing  chan struct{}      // made on demand while a Release runs (see releaseEndLocked); closed when it ends
+	pending    error              // a loss found while a Release runs (state leaseReleasingLost)
+	err        error              // why the Lock ended: nil until its state is released or lost
+	done       chan struct{}      // made on demand; closed when the Lock ends
+	stop       context.CancelFunc // stops the heartbeat, if one was started
+	kick       chan struct{}      // tells the heartbeat that the TTL changed
+	expiry     *time.Timer        // ends the Lock at its lease while someone watches and no heartbeat runs (see armExpiryLocked); nil until then
+	onEnd      func(error)        // called once when the Lock ends
+	announced  bool               // the acquire's success was reported (see WithObserver): so is the end
+	inRoom     bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
+	evCtx      context.Context    // the ctx of the Lock's later events: the observer's, from its AcquireEnd; nil until announced
+	call       observe.Call       // the call that acquired the Lock, for its events; set before it is shared
 
 	contender contender // what its Acquire's waiting room asks of it
 }
@@ -287,22 +296,40 @@ func (k *Lock) grant(token Token, sent time.Time, ttl time.Duration) {
 // hold records a grant, or a refresh, of the lock for ttl, sent at sent:
 // the lock is held at least until sent+ttl, and certainly (by the
 // heartbeat's rule, see certainFor) until sent+certainFor(ttl). A success
-// sent before the last one tells nothing new; nor does one sent before a
-// Refresh or Release whose outcome is unknown (see unknown): that call may
-// have run after it, shortening or deleting the lock, and the Lock stays
-// uncertain until a success sent after that call.
+// sent before the last one tells nothing new.
+//
+// One sent before a Refresh or Release of unknown outcome returned (see
+// unknown) may have run before that call, which may then have shortened
+// the lock or deleted it: the Lock stays uncertain, and its base where it
+// was, so that the heartbeat refreshes again at once; only its lease's
+// end moves on, as far as both may have left it (not at all after a
+// Release). A success sent after every such call ends the uncertainty.
 func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	if k.granted.IsZero() {
 		k.granted = sent
 	}
-	if !sent.After(k.base) || !sent.After(k.unsureAt) {
+	if !sent.After(k.base) {
 		k.mu.Unlock()
 		return
 	}
+	end := sent.Add(certainFor(ttl))
+	if !sent.After(k.unsureAt) {
+		if !k.unsureGone {
+			if !k.unsureEnd.IsZero() && k.unsureEnd.Before(end) {
+				end = k.unsureEnd
+			}
+			if end.After(k.until) {
+				k.until = end // a later end needs nothing of the expiry timer
+			}
+		}
+		k.mu.Unlock()
+		return
+	}
+	k.unsureEnd, k.unsureGone = time.Time{}, false
 	k.retune(ttl)
 	prev := k.until
-	k.base, k.until = sent, sent.Add(certainFor(ttl))
+	k.base, k.until = sent, end
 	k.nearerLocked(prev)
 	_, after := k.stepLocked(evRenewed, nil)
 	k.mu.Unlock()
@@ -310,14 +337,20 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 }
 
 // unknown records a Refresh for ttl, sent at sent, whose outcome is
-// unknown: it may have run in Redis. The Lock is no longer certainly held
-// until a Refresh succeeds, and the Refresh, if it ran, may have shortened
-// the lock to sent+ttl (it can only have run later).
-func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
+// unknown, known at returned: it may have run in Redis, as late as it
+// was last sent (a client may send it again, until it returns). The Lock
+// is no longer certainly held until a Refresh sent after returned
+// succeeds (see hold), and the Refresh, if it ran, may have shortened the
+// lock to sent+ttl (it can only have run later).
+func (k *Lock) unknown(sent, returned time.Time, ttl time.Duration) {
 	k.mu.Lock()
 	k.retune(ttl)
-	k.unsureLocked(sent)
-	if end := sent.Add(certainFor(ttl)); end.Before(k.until) {
+	k.unsureLocked(returned)
+	end := sent.Add(certainFor(ttl))
+	if k.unsureEnd.IsZero() || end.Before(k.unsureEnd) {
+		k.unsureEnd = end
+	}
+	if end.Before(k.until) {
 		prev := k.until
 		k.until = end
 		k.nearerLocked(prev)
@@ -327,12 +360,12 @@ func (k *Lock) unknown(sent time.Time, ttl time.Duration) {
 	after.run(k)
 }
 
-// unsureLocked records that a call sent at sent has an unknown outcome:
-// only a success sent after it ends the Lock's uncertainty (see hold).
-// k.mu is held.
-func (k *Lock) unsureLocked(sent time.Time) {
-	if sent.After(k.unsureAt) {
-		k.unsureAt = sent
+// unsureLocked records that a call whose outcome is unknown returned at
+// returned: only a success sent after it ends the Lock's uncertainty
+// (see hold). k.mu is held.
+func (k *Lock) unsureLocked(returned time.Time) {
+	if returned.After(k.unsureAt) {
+		k.unsureAt = returned
 	}
 }
 
@@ -558,7 +591,8 @@ func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
 // lost. When the outcome is unknown (Redis unreachable, no answer before
 // ctx ended) the error wraps ErrUnavailable, the Lock is not ended, and it
 // counts as held only until the shorter of its last TTL and ttl, until a
-// Refresh succeeds. ttl must be at least one millisecond. A heartbeat goes
+// Refresh sent after this one returned succeeds (one sent before may have
+// run first). ttl must be at least one millisecond. A heartbeat goes
 // on with the new ttl. On a released Lock it returns an error wrapping
 // ErrReleased; once the lease ran out by the local clock (see Lock), it
 // sends nothing and returns the loss.
@@ -578,7 +612,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
 		if !call.Unsent(err) {
-			k.unknown(sent, ttl)
+			k.unknown(sent, time.Now(), ttl)
 		}
 		return err
 	}
@@ -596,8 +630,8 @@ var errNotHeld = errors.New("lock not held")
 // certain reports whether the Lock holds the lock for sure, by the local
 // clock: it was granted or refreshed for a TTL that has not nearly run out
 // (the heartbeat's rule), and its state is held: nothing found it lost, no
-// Release runs, and no Release or Refresh since the last success had an
-// unknown outcome.
+// Release runs, and no Release or Refresh of unknown outcome returned
+// after the last success was sent.
 func (k *Lock) certain() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -685,7 +719,7 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	sent := time.Now()
 	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
-	return k.finishRelease(r.held, err, sent)
+	return k.finishRelease(r.held, err, time.Now())
 }
 
 // beginRelease makes the caller the Lock's running Release, and stops the
@@ -739,11 +773,11 @@ func (k *Lock) awaitRelease(ctx context.Context, running <-chan struct{}) error 
 }
 
 // finishRelease applies the outcome of the running Release, whose script
-// call, sent at sent, returned held and err, and returns Release's error.
+// call returned held and err at returned, and returns Release's error.
 // The Lock ends, when it does, in the same step as the Release stops
 // running, so that a Refresh that raced it and found the key gone (see
 // notHeld) sees how it ended.
-func (k *Lock) finishRelease(held bool, err error, sent time.Time) error {
+func (k *Lock) finishRelease(held bool, err error, returned time.Time) error {
 	var e leaseEvent
 	var why error // the reason the Lock ends, if this ends it
 	switch {
@@ -762,7 +796,8 @@ func (k *Lock) finishRelease(held bool, err error, sent time.Time) error {
 		why = k.pending // a failed Release ends the Lock only for a loss found while it ran
 	}
 	if e == evReleaseUnknown {
-		k.unsureLocked(sent)
+		k.unsureLocked(returned)
+		k.unsureGone = true
 	}
 	_, after := k.stepLocked(e, why)
 	k.mu.Unlock()

@@ -219,7 +219,7 @@ func TestLeaseExpiryTimer(t *testing.T) {
 		r := newEndRecorder(t, time.Minute, false) // watched, by onEnded
 		done := r.k.Done()                         // asked for before, as a caller would
 		sent := time.Now()
-		r.k.unknown(sent, 60*time.Millisecond) // it may have run: the key may expire at sent+60ms
+		r.k.unknown(sent, sent, 60*time.Millisecond) // it may have run: the key may expire at sent+60ms
 		_, _, until := r.k.lease()
 		select {
 		case <-done:
@@ -399,46 +399,60 @@ func TestReleasedAfterAFailedReleaseLeavesNoTimer(t *testing.T) {
 	})
 }
 
-// A success sent before a Refresh or Release whose outcome is unknown
-// leaves the Lock uncertain, and its lease's end where that call put it:
-// the call may have run after it, shortening the lock or deleting it. A
-// success sent after the call ends the uncertainty.
+// A success sent before a Refresh or Release of unknown outcome returned
+// leaves the Lock uncertain: the call may have run after it, shortening
+// the lock or deleting it. Its lease's end moves on only as far as both
+// may have left it, and not at all after a Release. A success sent after
+// the call returned ends the uncertainty.
 func TestSuccessSentBeforeAnUnknownCallLeavesTheLockUncertain(t *testing.T) {
 	const long, short = 30 * time.Second, 2 * time.Second
-	for _, unknownCall := range []string{"refresh", "release"} {
-		t.Run(unknownCall, func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		unknownOf time.Duration // the unknown Refresh's TTL; 0: a Release
+		// the lease's end after the earlier success, from t1 (the
+		// success's send), t2 (the unknown call's) and the end before
+		want func(t1, t2, before time.Time) time.Time
+	}{
+		{"refresh for a shorter TTL", short, func(_, t2, _ time.Time) time.Time { return t2.Add(certainFor(short)) }},
+		{"refresh for the same TTL", long, func(t1, _, _ time.Time) time.Time { return t1.Add(certainFor(long)) }},
+		{"release", 0, func(_, _, before time.Time) time.Time { return before }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			r := newEndRecorder(t, long, false)
 			k := r.k
 			k.mu.Lock()
 			t1 := k.base.Add(time.Millisecond) // the success, sent first
 			k.mu.Unlock()
-			t2 := t1.Add(time.Millisecond) // the call whose outcome is unknown
-			if unknownCall == "refresh" {
-				k.unknown(t2, short)
+			t2 := t1.Add(time.Millisecond)       // the call of unknown outcome, sent
+			returned := t2.Add(time.Millisecond) // and given up
+			if tc.unknownOf > 0 {
+				k.unknown(t2, returned, tc.unknownOf)
 			} else {
 				require.NoError(t, k.beginRelease(context.Background()))
-				require.ErrorIs(t, k.finishRelease(false, errTimeout, t2), errTimeout)
+				require.ErrorIs(t, k.finishRelease(false, errTimeout, returned), errTimeout)
 			}
 			k.mu.Lock()
-			untilBefore := k.until
+			before, base := k.until, k.base
 			k.mu.Unlock()
 
-			k.hold(t1, long)
+			for _, sent := range []time.Time{t1, t2.Add(time.Millisecond / 2)} {
+				k.hold(sent, long)
+				k.mu.Lock()
+				state, until := k.state, k.until
+				k.mu.Unlock()
+				assert.Equal(t, leaseUncertain, state, "a success sent before the unknown call returned made the Lock certain")
+				assert.Equal(t, base, k.base, "a success sent before the unknown call returned moved the base")
+				if sent == t1 {
+					assert.Equal(t, tc.want(t1, t2, before), until, "the lease's end after a success sent before the unknown call")
+				}
+			}
+
+			t3 := returned.Add(time.Millisecond)
+			k.hold(t3, long)
 			k.mu.Lock()
 			state, until := k.state, k.until
 			k.mu.Unlock()
-			assert.Equal(t, leaseUncertain, state, "a success sent before the unknown %s made the Lock certain", unknownCall)
-			assert.Equal(t, untilBefore, until, "a success sent before the unknown %s moved the lease's end", unknownCall)
-			if unknownCall == "refresh" {
-				assert.False(t, until.After(t2.Add(certainFor(short))), "the lease outlasts what the unknown refresh may have left")
-			}
-
-			t3 := t2.Add(time.Millisecond)
-			k.hold(t3, long)
-			k.mu.Lock()
-			state, until = k.state, k.until
-			k.mu.Unlock()
-			assert.Equal(t, leaseHeld, state, "a success sent after the unknown %s left the Lock uncertain", unknownCall)
+			assert.Equal(t, leaseHeld, state, "a success sent after the unknown call returned left the Lock uncertain")
 			assert.Equal(t, t3.Add(certainFor(long)), until)
 		})
 	}

@@ -9,9 +9,9 @@ type leaseState uint8
 
 const (
 	leaseHeld               leaseState = iota // held for sure until its lease runs out by the local clock
-	leaseUncertain                            // a Refresh or Release sent after the last success was sent had no known outcome
+	leaseUncertain                            // a Refresh or Release that returned after the last success was sent had no known outcome
 	leaseReleasing                            // a Release runs; the Lock was held for sure when it began, or a Refresh succeeded since
-	leaseReleasingUncertain                   // a Release runs; a Refresh or Release sent after the last success was sent had no known outcome
+	leaseReleasingUncertain                   // a Release runs; a Refresh or Release that returned after the last success was sent had no known outcome
 	leaseReleasingLost                        // a Release runs, and a loss was found meanwhile: it ends the Lock if the Release fails
 	leaseReleased                             // Release released it: final
 	leaseLost                                 // found lost: final
@@ -41,7 +41,7 @@ func (s leaseState) releasing() bool {
 type leaseEvent uint8
 
 const (
-	evRenewed        leaseEvent = iota // a grant or a Refresh succeeded, sent after the last one that did
+	evRenewed        leaseEvent = iota // a grant or a Refresh succeeded, sent after the last one that did and after every call of unknown outcome returned
 	evRefreshUnknown                   // a Refresh had no known outcome: it may have run, with its TTL
 	evGone                             // Redis answered a Refresh, TTL or the heartbeat that the Lock does not hold the key
 	evRanOut                           // the lease ran out by the local clock, no Refresh having succeeded
