@@ -88,8 +88,13 @@ func timedOut(ctx context.Context, deadline time.Time, err error) error {
 		return err
 	}
 	// The connection's deadline is ctx's: its timeout may come a moment
-	// before ctx's own timer has fired.
-	<-ctx.Done()
+	// before ctx's own timer has fired. (A ctx with a deadline and no Done
+	// channel breaks the context contract: its error stands.)
+	done := ctx.Done()
+	if done == nil {
+		return err
+	}
+	<-done
 	return ctx.Err()
 }
 
