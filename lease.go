@@ -120,12 +120,7 @@ func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 		var b strings.Builder
 		b.Grow(len(n.markerBase) + 2*nonce + 1)
 		b.WriteString(n.markerBase)
-		b.WriteString(start)
-		b.Write(rest)
-		markerEnd := b.Len()
-		b.WriteString(start) // the owner: the nonce and ':'
-		b.Write(rest)
-		b.WriteByte(':')
+		markerEnd := writeNonces(&b, start, rest)
 		all := b.String()
 		k.keys[keyMarker] = all[:markerEnd]
 		k.keyArgs[keyMarker] = k.keys[keyMarker]
@@ -141,12 +136,7 @@ func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 		b.WriteString(kind)
 		ends[i] = b.Len()
 	}
-	b.WriteString(start) // the marker's nonce, then the owner: the nonce and ':'
-	b.Write(rest)
-	ends[keyMarker] = b.Len()
-	b.WriteString(start)
-	b.Write(rest)
-	b.WriteByte(':')
+	ends[keyMarker] = writeNonces(&b, start, rest)
 	ownerEnd := b.Len()
 	writeKeyBase(&b, l.prefix, resource)
 	b.WriteString("grants:")
@@ -167,6 +157,19 @@ func (l *Locker) lock(resource, start string, rest []byte) *Lock {
 	copy(n.keyArgs[:], k.keyArgs[:keyMarker])
 	l.names.Store(n)
 	return k
+}
+
+// writeNonces writes the end of a Lock's abandon marker key, its owner
+// nonce (start followed by rest), then its owner: the nonce and ':'. It
+// returns where the marker's key ends.
+func writeNonces(b *strings.Builder, start string, rest []byte) (markerEnd int) {
+	b.WriteString(start)
+	b.Write(rest)
+	markerEnd = b.Len()
+	b.WriteString(start)
+	b.Write(rest)
+	b.WriteByte(':')
+	return markerEnd
 }
 
 // resourceNames are the names a Locker's Locks use for a resource: its
