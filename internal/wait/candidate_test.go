@@ -214,10 +214,12 @@ func TestHoldBack(t *testing.T) {
 	for i := 0; i < 3*minSweep; i++ {
 		r.Hold("gone-"+string(rune('a'+i%26))+string(rune('a'+i/26)), "a", time.Now().Add(-time.Millisecond))
 	}
-	r.mu.Lock()
-	n := len(r.holding)
-	r.mu.Unlock()
-	assert.LessOrEqual(t, n, 2*minSweep, "Locks that ran out are kept for ever")
+	held := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.holding)
+	}
+	assert.LessOrEqual(t, held(), 2*minSweep, "Locks that ran out are kept for ever")
 
 	// So are the resources whose Locks were released.
 	for i := 0; i < 3*minSweep; i++ {
@@ -225,25 +227,31 @@ func TestHoldBack(t *testing.T) {
 		r.Hold(res, "a", until)
 		r.Unhold(res, "a")
 	}
-	r.mu.Lock()
-	n = len(r.holding)
-	r.mu.Unlock()
-	assert.LessOrEqual(t, n, 2*minSweep, "resources whose Locks were released are kept for ever")
+	assert.LessOrEqual(t, held(), 2*minSweep, "resources whose Locks were released are kept for ever")
+}
+
+// heldBack returns a Room whose first waiter for "res", w, of queue q,
+// was held back at its last step (st) by the Lock "a:", which holds the
+// resource until an hour from now.
+func heldBack(t *testing.T) (r *Room, q *queue, w *waiter, st *state, until time.Time) {
+	t.Helper()
+	r = New(nil, Log{})
+	w = newWaiter("w:")
+	q, _ = r.join("res", "ch", w)
+	st = &state{}
+	until = time.Now().Add(time.Hour)
+	r.Hold("res", "a:", until)
+	at, _, do := r.next(q, w, st, false)
+	require.Equal(t, hold, do)
+	require.Equal(t, until, at)
+	return r, q, w, st, until
 }
 
 // The end of the Locker's last Lock on a resource wakes its first waiter
 // only if that waiter was held back: one that a release already queued in
 // Redis waits for its grant, and a wake-up would only make it poll.
 func TestUnholdWakesOnlyAWaiterHeldBack(t *testing.T) {
-	r := New(nil, Log{})
-	w := newWaiter("w:")
-	q, _ := r.join("res", "ch", w)
-	var st state
-	until := time.Now().Add(time.Hour)
-
-	r.Hold("res", "a:", until)
-	_, _, do := r.next(q, w, &st, false)
-	require.Equal(t, hold, do)
+	r, q, w, st, until := heldBack(t)
 	r.Unhold("res", "a:")
 	assert.Len(t, w.wake, 1, "the waiter held back was not woken")
 	<-w.wake
@@ -252,7 +260,7 @@ func TestUnholdWakesOnlyAWaiterHeldBack(t *testing.T) {
 	c := r.Candidate("res")
 	require.True(t, r.Queued(c, 5, time.Now()))
 	<-w.wake // the release's outcome
-	_, _, do = r.next(q, w, &st, false)
+	_, _, do := r.next(q, w, st, false)
 	require.Equal(t, queued, do)
 	r.Unhold("res", "b:")
 	assert.Empty(t, w.wake, "a waiter the release queued was woken: it would poll")
@@ -262,16 +270,7 @@ func TestUnholdWakesOnlyAWaiterHeldBack(t *testing.T) {
 // waiter held back is woken to look again at it; a longer one wakes
 // nobody.
 func TestHoldSoonerWakesAWaiterHeldBack(t *testing.T) {
-	r := New(nil, Log{})
-	w := newWaiter("w:")
-	q, _ := r.join("res", "ch", w)
-	var st state
-	until := time.Now().Add(time.Hour)
-
-	r.Hold("res", "a:", until)
-	at, _, do := r.next(q, w, &st, false)
-	require.Equal(t, hold, do)
-	require.Equal(t, until, at)
+	r, q, w, st, until := heldBack(t)
 	r.Hold("res", "a:", until.Add(time.Hour))
 	assert.Empty(t, w.wake, "a longer hold woke the waiter")
 
@@ -279,7 +278,7 @@ func TestHoldSoonerWakesAWaiterHeldBack(t *testing.T) {
 	r.Hold("res", "a:", sooner)
 	require.Len(t, w.wake, 1, "the waiter held back was not woken by the nearer end")
 	<-w.wake
-	at, _, do = r.next(q, w, &st, false)
+	at, _, do := r.next(q, w, st, false)
 	require.Equal(t, hold, do)
 	assert.Equal(t, sooner, at, "the waiter must look again at the nearer end")
 }
