@@ -330,15 +330,17 @@ type acquireCall struct {
 
 // runAcquire runs the acquire script for a, one round trip (see
 // call.BoundedOn).
-func runAcquire(ctx context.Context, a acquireCall) ([]any, error) {
+func runAcquire(ctx context.Context, a acquireCall) (any, error) {
 	k := a.lock
-	return acquireScript.Run(ctx, k.locker.client, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Slice()
+	return acquireScript.Run(ctx, k.locker.client, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Result()
 }
 
-// The statuses of acquire.lua's replies, named as in the script.
+// The statuses of acquire.lua's replies: a refusal's and an abandoned
+// attempt's named as in the script, which answers a grant with its token
+// alone.
 const (
 	acquireRefused   = 0 // REFUSED: the lock is another's, or promised to a waiter ahead
-	acquireGranted   = 1 // GRANTED: the lock is the caller's
+	acquireGranted   = 1 // a token: the lock is the caller's
 	acquireAbandoned = 2 // ABANDONED: the attempt's caller gave up on it
 )
 
@@ -350,20 +352,22 @@ type acquireReply struct {
 	floor  Token         // refused: the counter before the run; 0 when the reply has none
 }
 
-// decodeAcquire decodes a reply of acquire.lua: {GRANTED, token},
-// {REFUSED, ms[, floor]} or {ABANDONED}.
-func decodeAcquire(res []any) (acquireReply, error) {
+// decodeAcquire decodes a reply of acquire.lua: a token (an integer, or
+// a digit string), {REFUSED, ms[, floor]} or {ABANDONED}.
+func decodeAcquire(reply any) (acquireReply, error) {
+	res, ok := reply.([]any)
+	if !ok {
+		token, err := tokenFromReply(reply)
+		if err != nil {
+			return acquireReply{}, err
+		}
+		return acquireReply{status: acquireGranted, token: token}, nil
+	}
 	var status int64 = -1
 	if len(res) > 0 {
 		status, _ = res[0].(int64)
 	}
 	switch {
-	case status == acquireGranted && len(res) == 2:
-		token, err := tokenFromReply(res[1])
-		if err != nil {
-			return acquireReply{}, err
-		}
-		return acquireReply{status: status, token: token}, nil
 	case status == acquireRefused && (len(res) == 2 || len(res) == 3):
 		ms, ok := res[1].(int64)
 		if !ok {

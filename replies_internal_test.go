@@ -8,11 +8,12 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
+// ownerW is an owner nonce of a waiter: a Locker id, 16 more hex digits, and ':'.
+const ownerW = "0123456789abcdef0123456789abcdef:"
+
 // TestScriptRepliesDecode decodes every reply shape each script's
 // header gives, and refuses the shapes it does not: an unknown status,
 // a slot missing or of the wrong kind.
-// ownerW is an owner nonce of a waiter: a Locker id, 16 more hex digits, and ':'.
-const ownerW = "0123456789abcdef0123456789abcdef:"
 
 func TestScriptRepliesDecode(t *testing.T) {
 	for _, tc := range []struct {
@@ -20,16 +21,20 @@ func TestScriptRepliesDecode(t *testing.T) {
 		decode func() (any, error)
 		want   any // nil: refused
 	}{
-		{"acquire granted", func() (any, error) { return decodeAcquire([]any{int64(1), "42"}) }, acquireReply{status: acquireGranted, token: 42}},
+		{"acquire granted", func() (any, error) { return decodeAcquire(int64(42)) }, acquireReply{status: acquireGranted, token: 42}},
+		{"acquire granted, token above 2^53", func() (any, error) { return decodeAcquire("9007199254740993") }, acquireReply{status: acquireGranted, token: 9007199254740993}},
+		{"acquire granted, token zero", func() (any, error) { return decodeAcquire(int64(0)) }, nil},
+		{"acquire granted, token not digits", func() (any, error) { return decodeAcquire("x") }, nil},
+		{"acquire granted, as an array", func() (any, error) { return decodeAcquire([]any{int64(1), "42"}) }, nil},
 		{"acquire refused", func() (any, error) { return decodeAcquire([]any{int64(0), int64(1500), "41"}) }, acquireReply{status: acquireRefused, wait: 1500 * time.Millisecond, floor: 41}},
 		{"acquire refused, no floor", func() (any, error) { return decodeAcquire([]any{int64(0), int64(1500)}) }, acquireReply{status: acquireRefused, wait: 1500 * time.Millisecond}},
 		{"acquire refused, unreadable floor", func() (any, error) { return decodeAcquire([]any{int64(0), int64(1500), "x"}) }, acquireReply{status: acquireRefused, wait: 1500 * time.Millisecond}},
 		{"acquire abandoned", func() (any, error) { return decodeAcquire([]any{int64(2)}) }, acquireReply{status: acquireAbandoned}},
 		{"acquire abandoned with a wait", func() (any, error) { return decodeAcquire([]any{int64(2), int64(5)}) }, nil},
 		{"acquire refused without a wait", func() (any, error) { return decodeAcquire([]any{int64(0)}) }, nil},
-		{"acquire granted without a token", func() (any, error) { return decodeAcquire([]any{int64(1)}) }, nil},
+		{"acquire nothing", func() (any, error) { return decodeAcquire(nil) }, nil},
 		{"acquire unknown status", func() (any, error) { return decodeAcquire([]any{int64(3), "42"}) }, nil},
-		{"acquire empty", func() (any, error) { return decodeAcquire(nil) }, nil},
+		{"acquire empty", func() (any, error) { return decodeAcquire([]any{}) }, nil},
 
 		{"release held", func() (any, error) { return decodeRelease(int64(1)) }, releaseReply{held: true}},
 		{"release not held", func() (any, error) { return decodeRelease(int64(0)) }, releaseReply{}},

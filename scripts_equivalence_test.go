@@ -266,10 +266,10 @@ func replyOf(v any, err error) any {
 	return v
 }
 
-// sameReply compares two replies: a status (a reply that is an integer,
-// or an array's first) and a grant's token (an array's second after
-// GRANTED) exactly, or as sameString compares tokens from 1e12; the other
-// integers of an array as durations (sameElem); strings with sameString.
+// sameReply compares two replies: an integer reply (a status, or a
+// grant's token) and an array's first (a status) exactly, or as
+// sameString compares tokens from 1e12; the other integers of an array
+// as durations (sameElem); strings with sameString.
 func (tol tolerance) sameReply(a, b any) bool {
 	switch a := a.(type) {
 	case []any:
@@ -279,9 +279,8 @@ func (tol tolerance) sameReply(a, b any) bool {
 		}
 		for i := range a {
 			same := tol.sameElem
-			if i == 0 || i == 1 && a[0] == any(int64(1)) {
-				// a status; or the token of a grant (GRANTED, 1), which
-				// sameReply compares exactly, or as digit strings
+			if i == 0 {
+				// a status, which sameReply compares exactly
 				same = tol.sameReply
 			}
 			if !same(a[i], b[i]) {

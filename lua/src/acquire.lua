@@ -13,9 +13,11 @@
 -- ARGV[4]  the idle expiry in milliseconds (0: none) of the counter
 --
 -- Replies:
---   {GRANTED (1), token}      the lock is the caller's, with token (an
---                             integer below 2^53, which a Lua number
---                             holds exactly; above, a digit string)
+--   token                     the lock is the caller's, with token: an
+--                             integer below 2^53 (a Lua number holds it
+--                             exactly), above, a digit string; alone,
+--                             not in an array, the cheapest reply for
+--                             the client to read
 --   {REFUSED (0), ms, floor}  the lock is another's, or promised to a
 --                             waiter ahead: ms is how long until it may
 --                             be free (the holder's PTTL, or the
@@ -40,7 +42,7 @@
 -- not that waiter is refused, and a waiter's run takes (or keeps) its
 -- place in the queue. The counter is checked before the lock is written,
 -- so an error leaves neither a lock nor a raised counter.
-local GRANTED, REFUSED, ABANDONED = 1, 0, 2
+local REFUSED, ABANDONED = 0, 2
 
 -- The fast path: the common case, a free lock with nobody queued and no
 -- marker, and a counter that is missing or behind the server clock. It
@@ -67,7 +69,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
       redis.call('SET', KEYS[2], t, 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
     end
     redis.call('SET', KEYS[1], ARGV[1] .. t, 'PX', ARGV[2])
-    return {GRANTED, tonumber(t)}
+    return tonumber(t)
   end
 end
 --@end
@@ -76,12 +78,12 @@ end
 -- The whole decision, for every case.
 
 -- The reply of a grant with token t (a digit string): an integer below
--- 2^53 (cheaper for the client to read), else the string.
+-- 2^53, else the string.
 local function granted(t)
   if less(t, '9007199254740992') then
-    return {GRANTED, tonumber(t)}
+    return tonumber(t)
   end
-  return {GRANTED, t}
+  return t
 end
 
 local waiting = ARGV[3] ~= ''
