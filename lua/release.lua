@@ -71,19 +71,46 @@ local HELD, NOT_HELD = 1, 0
 local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
 local QUEUED = 1
 
--- The fast path: the common case, the caller's own lock with nobody
--- queued and no candidate, released by its holder (no queue entry to
--- remove, no marker to set). It runs before the helpers below are
--- defined, so this case pays for none of them. Any other case falls
--- through, with nothing written, to the rest of the script, which decides
--- every case, this one too; an error of the lock's read (another type, an
--- ACL refusal) too, which the rest reports.
-if ARGV[3] == '' and ARGV[4] == '' and ARGV[6] == '' then
+-- The fast path: the common cases, the caller's own lock released by its
+-- holder (no queue entry to remove, no marker to set) with nobody queued:
+-- with no candidate, it is deleted; with a candidate that has not left,
+-- it is handed to it, when the counter is missing or behind the server
+-- clock, in one call that finds the queue and the candidate's abandon
+-- marker both absent. It runs before the helpers below are defined, so
+-- these cases pay for none of them, and it reads everything before it
+-- writes. Any other case falls through, with nothing written, to the
+-- rest of the script, which decides every case, these too; an error of a
+-- read (another type, an ACL refusal) too, which the rest reports.
+if ARGV[3] == '' and ARGV[4] == '' then
   local v = redis.pcall('GET', KEYS[1])
-  if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] and
-      redis.call('EXISTS', KEYS[3]) == 0 then
-    redis.call('DEL', KEYS[1])
-    return HELD
+  if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+    if ARGV[6] == '' then
+      if redis.call('EXISTS', KEYS[3]) == 0 then
+        redis.call('DEL', KEYS[1])
+        return HELD
+      end
+    elseif redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 then
+      local owner, ttl = string.match(ARGV[6], '^(.*:)([1-9]%d*)$')
+      local c = redis.pcall('GET', KEYS[2])
+      local clock = redis.call('TIME')
+      local seed = clock[1] .. string.format('%06d', tonumber(clock[2]))
+      -- the candidate of the caller's Locker, and a missing counter, or
+      -- one of fewer digits than the seed, or of as many and below it,
+      -- with no leading zero (a valid counter)
+      if owner and string.sub(owner, 1, 16) == string.sub(ARGV[1], 1, 16) and
+          (not c or (type(c) == 'string' and string.match(c, '^[1-9]%d*$') and
+          (#c < #seed or (#c == #seed and c < seed)))) then
+        -- the seed is below 2^53, so exact as a Lua number
+        local t = string.format('%d', tonumber(seed) + 1)
+        if ARGV[5] == '0' then
+          redis.call('SET', KEYS[2], t)
+        else
+          redis.call('SET', KEYS[2], t, 'PX', tonumber(ttl) + tonumber(ARGV[5]))
+        end
+        redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
+        return {HELD, owner, t, IN_REPLY, 0}
+      end
+    end
   end
 end
 
