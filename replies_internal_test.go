@@ -1,11 +1,14 @@
 package fencedlock
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // ownerW is an owner nonce of a waiter: a Locker id, 16 more hex digits, and ':'.
@@ -103,4 +106,27 @@ func TestScriptRepliesDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcquireOfAnOwnLockHoldingNoToken runs acquire.lua for an owner
+// whose lock key holds something other than a token after its owner
+// nonce (a value another client wrote): the script answers what the key
+// holds, and decodeAcquire refuses it as an invalid token, not as a
+// missing reply (which the caller would take for Redis unavailable).
+func TestAcquireOfAnOwnLockHoldingNoToken(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		names := equivKeys(b.Prefix, 0, "corrupt")
+		keys := make([]any, len(names))
+		for i, k := range names {
+			keys[i] = k
+		}
+		for _, held := range []string{"abc", "", "0", "12x", "-5"} {
+			require.NoError(t, b.Client.Set(ctx, names[0], equivOwner+held, time.Minute).Err())
+			reply, err := acquireScript.Run(ctx, b.Client, keys, equivOwner, "30000", "", "0").Result()
+			require.NoError(t, err, "lock value %q", held)
+			_, err = decodeAcquire(reply)
+			assert.ErrorIs(t, err, ErrInvalidToken, "lock value %q: reply %v", held, reply)
+		}
+	})
 }

@@ -13,7 +13,7 @@ import (
 // includes (see internal/luagen); each file's header gives its keys,
 // arguments and replies, which the Go code next to each call decodes
 // into a reply type of the script's own. The acquire and release scripts
-// open with a fast path for their common case, which returns before the
+// open with a fast path for their common cases, which returns before the
 // helpers are defined.
 var (
 	//go:embed lua/acquire.lua

@@ -266,10 +266,11 @@ func replyOf(v any, err error) any {
 	return v
 }
 
-// sameReply compares two replies: an integer reply (a status, or a
-// grant's token) and an array's first (a status) exactly, or as
-// sameString compares tokens from 1e12; the other integers of an array
-// as durations (sameElem); strings with sameString.
+// sameReply compares two replies: an integer (a status, or a grant's
+// token) exactly, or as sameString compares tokens from 1e12, and so
+// every element of an array but its second, which sameDuration compares
+// (a refusal's wait; a hand-over's second is its owner); strings with
+// sameString.
 func (tol tolerance) sameReply(a, b any) bool {
 	switch a := a.(type) {
 	case []any:
@@ -278,10 +279,9 @@ func (tol tolerance) sameReply(a, b any) bool {
 			return false
 		}
 		for i := range a {
-			same := tol.sameElem
-			if i == 0 {
-				// a status, which sameReply compares exactly
-				same = tol.sameReply
+			same := tol.sameReply
+			if i == 1 {
+				same = tol.sameDuration
 			}
 			if !same(a[i], b[i]) {
 				return false
@@ -301,16 +301,13 @@ func (tol tolerance) sameReply(a, b any) bool {
 	return a == b
 }
 
-// sameElem compares two elements of an array reply after its first:
-// tokens (integers from 1e12) as sameString compares them, the other
-// integers as durations, the rest as sameReply.
-func (tol tolerance) sameElem(a, b any) bool {
-	if a, ok := a.(int64); ok {
+// sameDuration compares the second element of an array reply, the only
+// integer there that is a duration (a refusal's wait), as sameTTL does;
+// anything else as sameReply.
+func (tol tolerance) sameDuration(a, b any) bool {
+	if a, ok := a.(int64); ok && a < 1e12 {
 		b, ok := b.(int64)
-		if ok && (a >= 1e12 || b >= 1e12) {
-			return tol.sameString(strconv.FormatInt(a, 10), strconv.FormatInt(b, 10))
-		}
-		return ok && tol.sameTTL(a, b)
+		return ok && b < 1e12 && tol.sameTTL(a, b)
 	}
 	return tol.sameReply(a, b)
 }
@@ -354,6 +351,10 @@ type equivRun struct {
 	fast func(s equivState, args []any) bool
 }
 
+// equivEntryRe matches a well-formed queue entry: an owner nonce and its
+// ':', and a TTL above 0.
+var equivEntryRe = regexp.MustCompile(`^(.*:)([1-9][0-9]*)$`)
+
 // behindClock says whether the counter of s is one the fast paths take:
 // missing, or behind the clock (and not "0", which they leave to the
 // rest).
@@ -394,6 +395,14 @@ func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
 	for _, a := range [][]any{
 		{"", "", "0", "", ""}, {"", "", "60000", "", ""}, {equivEntry, "", "60000", "", ""}, {"", "5000", "60000", "", ""},
 		{"", "", "0", equivNext, "90000"}, {"", "", "60000", equivNext, "90000"},
+		// candidates the fast path leaves to the rest: another Locker's
+		// waiter, malformed entries, a TTL of 0
+		{"", "", "60000", equivOther + "30000", "90000"}, {"", "", "60000", "garbage", "90000"},
+		{"", "", "60000", "aaaaaaaaaaaaaaaa3333333333333333:0", "90000"}, {"", "", "60000", "aaaaaaaaaaaaaaaa:30000", "90000"},
+		{"", "", "60000", "aaaaaaaaaaaaaaaa3:3:30000", "90000"},
+		// and one it takes: a nonce shorter than the Locker's (never
+		// made), with the counter kept for ever
+		{"", "", "0", "aaaaaaaaaaaaaaaa3333:30000", "90000"},
 	} {
 		runs = append(runs, equivRun{
 			name: "release", shipped: releaseScript, markers: true,
@@ -402,9 +411,15 @@ func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
 				if args[2] != "" || args[3] != "" || s.lock != "own" || s.queue != "" {
 					return false
 				}
-				// with a candidate, handed to it when it has not left and
-				// the counter is behind the clock
-				return args[5] == "" || !s.marker && behindClock(s)
+				if args[5] == "" {
+					return true
+				}
+				// with a candidate, handed to it when it is an entry of
+				// the caller's Locker that has not left, and the counter
+				// is behind the clock
+				m := equivEntryRe.FindStringSubmatch(args[5].(string))
+				own := m != nil && strings.HasPrefix(m[1], equivOwner[:16])
+				return own && !s.marker && behindClock(s)
 			},
 		})
 	}

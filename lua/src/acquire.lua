@@ -17,7 +17,10 @@
 --                             integer below 2^53 (a Lua number holds it
 --                             exactly), above, a digit string; alone,
 --                             not in an array, the cheapest reply for
---                             the client to read
+--                             the client to read (a lock value with no
+--                             token after the caller's owner, which
+--                             another client wrote, answers what it
+--                             holds there, a string)
 --   {REFUSED (0), ms, floor}  the lock is another's, or promised to a
 --                             waiter ahead: ms is how long until it may
 --                             be free (the holder's PTTL, or the
@@ -78,9 +81,10 @@ end
 -- The whole decision, for every case.
 
 -- The reply of a grant with token t (a digit string): an integer below
--- 2^53, else the string.
+-- 2^53, else the string; so is anything else a lock value holds after its
+-- owner (a value another client wrote), which the caller then refuses.
 local function granted(t)
-  if less(t, '9007199254740992') then
+  if digits(t) and less(t, '9007199254740992') then
     return tonumber(t)
   end
   return t

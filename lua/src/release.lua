@@ -72,10 +72,10 @@ local QUEUED = 1
 
 -- The fast path: the common cases, the caller's own lock released by its
 -- holder (no queue entry to remove, no marker to set) with nobody queued:
--- with no candidate, it is deleted; with a candidate that has not left,
--- it is handed to it, when the counter is missing or behind the server
--- clock, in one call that finds the queue and the candidate's abandon
--- marker both absent. It runs before the helpers below are defined, so
+-- with no candidate, it is deleted; with a candidate, a well-formed entry
+-- of the caller's Locker that has not left, it is handed to it, when the
+-- counter is missing or behind the server clock, in one call that finds
+-- the queue and the candidate's abandon marker both absent. It runs before the helpers below are defined, so
 -- these cases pay for none of them, and it reads everything before it
 -- writes. Any other case falls through, with nothing written, to the
 -- rest of the script, which decides every case, these too; an error of a
