@@ -71,44 +71,57 @@ local HELD, NOT_HELD = 1, 0
 local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
 local QUEUED = 1
 
+-- What the fast path read before it fell through, which the rest reuses
+-- instead of asking Redis again: the lock's value (nil: not read, or an
+-- error the rest must raise), and how many of the queue and the
+-- candidate's abandon marker exist (nil: not asked).
+local read_lock, queue_or_marker
+
 -- The fast path: the common cases, the caller's own lock released by its
 -- holder (no queue entry to remove, no marker to set) with nobody queued:
 -- with no candidate, it is deleted; with a candidate, a well-formed entry
 -- of the caller's Locker that has not left, it is handed to it, when the
 -- counter is missing or behind the server clock, in one call that finds
--- the queue and the candidate's abandon marker both absent. It runs before the helpers below are defined, so
--- these cases pay for none of them, and it reads everything before it
--- writes. Any other case falls through, with nothing written, to the
--- rest of the script, which decides every case, these too; an error of a
--- read (another type, an ACL refusal) too, which the rest reports.
+-- the queue and the candidate's abandon marker both absent. It runs
+-- before the helpers below are defined, so these cases pay for none of
+-- them, and it reads everything before it writes. Any other case falls
+-- through, with nothing written, to the rest of the script, which
+-- decides every case, these too; an error of a read (another type, an
+-- ACL refusal) too, which the rest reports.
 if ARGV[3] == '' and ARGV[4] == '' then
   local v = redis.pcall('GET', KEYS[1])
+  if type(v) ~= 'table' then
+    read_lock = v
+  end
   if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
     if ARGV[6] == '' then
       if redis.call('EXISTS', KEYS[3]) == 0 then
         redis.call('DEL', KEYS[1])
         return HELD
       end
-    elseif redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 then
-      local owner, ttl = string.match(ARGV[6], '^(.*:)([1-9]%d*)$')
-      local c = redis.pcall('GET', KEYS[2])
-      local clock = redis.call('TIME')
-      local seed = clock[1] .. string.format('%06d', tonumber(clock[2]))
-      -- the candidate of the caller's Locker, and a missing counter, or
-      -- one of fewer digits than the seed, or of as many and below it,
-      -- with no leading zero (a valid counter)
-      if owner and string.sub(owner, 1, 16) == string.sub(ARGV[1], 1, 16) and
-          (not c or (type(c) == 'string' and string.match(c, '^[1-9]%d*$') and
-          (#c < #seed or (#c == #seed and c < seed)))) then
-        -- the seed is below 2^53, so exact as a Lua number
-        local t = string.format('%d', tonumber(seed) + 1)
-        if ARGV[5] == '0' then
-          redis.call('SET', KEYS[2], t)
-        else
-          redis.call('SET', KEYS[2], t, 'PX', tonumber(ttl) + tonumber(ARGV[5]))
+    else
+      queue_or_marker = redis.call('EXISTS', KEYS[3], KEYS[5])
+      if queue_or_marker == 0 then
+        local owner, ttl = string.match(ARGV[6], '^(.*:)([1-9]%d*)$')
+        local c = redis.pcall('GET', KEYS[2])
+        local clock = redis.call('TIME')
+        local seed = clock[1] .. string.format('%06d', tonumber(clock[2]))
+        -- the candidate of the caller's Locker, and a missing counter, or
+        -- one of fewer digits than the seed, or of as many and below it,
+        -- with no leading zero (a valid counter)
+        if owner and string.sub(owner, 1, 16) == string.sub(ARGV[1], 1, 16) and
+            (not c or (type(c) == 'string' and string.match(c, '^[1-9]%d*$') and
+            (#c < #seed or (#c == #seed and c < seed)))) then
+          -- the seed is below 2^53, so exact as a Lua number
+          local t = string.format('%d', tonumber(seed) + 1)
+          if ARGV[5] == '0' then
+            redis.call('SET', KEYS[2], t)
+          else
+            redis.call('SET', KEYS[2], t, 'PX', tonumber(ttl) + tonumber(ARGV[5]))
+          end
+          redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
+          return {HELD, owner, t, IN_REPLY, 0}
         end
-        redis.call('SET', KEYS[1], owner .. t, 'PX', ttl)
-        return {HELD, owner, t, IN_REPLY, 0}
       end
     end
   end
@@ -420,7 +433,10 @@ end
 
 -- The whole decision, for every case. The lock is read first: a read
 -- refused raises before anything is written.
-local v = get(KEYS[1])
+local v = read_lock
+if v == nil then
+  v = get(KEYS[1])
+end
 if ARGV[3] ~= '' then
   dequeue(KEYS[3], KEYS[4], ARGV[3])
 end
@@ -436,12 +452,26 @@ elseif v then
 end
 local locker = string.sub(ARGV[1], 1, 16)
 local candidate = ARGV[6]
-if candidate ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then
-  -- the candidate left, and its cleanup has run: nothing for it
-  candidate = ''
+-- Whether the candidate left, and its cleanup has run (its marker
+-- exists): then nothing is for it. nil until known.
+local left
+if candidate ~= '' then
+  if queue_or_marker == nil then
+    left = redis.call('EXISTS', KEYS[5]) == 1
+  elseif queue_or_marker ~= 1 then
+    left = queue_or_marker == 2
+  end
 end
 local head, owner, ttl = queue_head(KEYS[3], KEYS[4])
 local queued_head = head ~= nil
+if candidate ~= '' and left == nil then
+  -- one of the queue and the marker existed: the queue, if it has a
+  -- live head now (its dead entries are gone, and perhaps all of it)
+  left = not queued_head and redis.call('EXISTS', KEYS[5]) == 1
+end
+if left then
+  candidate = ''
+end
 if not head and held == HELD and candidate ~= '' then
   -- nobody queued: the caller's own next waiter
   head = candidate
