@@ -25,8 +25,9 @@ var (
 	// queue entries, first to last: own (the caller's), other (another
 	// live waiter's), dead (its deadline passed), malformed (no owner and
 	// TTL), next (the candidate's: the next waiter of the caller's
-	// Locker)
-	equivQueues   = []string{"", "own", "other", "dead own", "malformed other", "next", "other next"}
+	// Locker); "dead" holds no live waiter, "dead next" the candidate
+	// alone behind a dead entry
+	equivQueues   = []string{"", "own", "other", "dead", "dead own", "dead next", "malformed other", "next", "other next"}
 	equivCounters = []string{"missing", "behind", "behind+ttl", "ahead", "ahead+ttl", "far-ahead", "zero", "max", "at-limit", "corrupt", "wrongtype"}
 )
 
