@@ -18,9 +18,11 @@
 --                             exactly), above, a digit string; alone,
 --                             not in an array, the cheapest reply for
 --                             the client to read (a lock value with no
---                             token after the caller's owner, which
---                             another client wrote, answers what it
---                             holds there, a string)
+--                             valid token after the caller's owner,
+--                             which another client wrote, answers what
+--                             it holds there the same way: "0" as the
+--                             integer 0, anything else not digits as a
+--                             string; the caller refuses both)
 --   {REFUSED (0), ms, floor}  the lock is another's, or promised to a
 --                             waiter ahead: ms is how long until it may
 --                             be free (the holder's PTTL, or the
