@@ -233,6 +233,15 @@ func TestACLRefusedReadInAScriptIsNamedBeforeAnyWrite(t *testing.T) {
 			require.NoError(t, admin.ZAdd(ctx, queue, redis.Z{Score: 1, Member: "me:30000"}).Err())
 			require.NoError(t, admin.HSet(ctx, deadlines, "me:30000", time.Now().Add(time.Hour).UnixMilli()).Err())
 		}},
+		// the caller's lock released by its holder, with no candidate and
+		// with one: the fast path reads the lock with pcall, and the
+		// refusal must not pass for a free lock (NOT_HELD)
+		{"lua/release.lua", "get", []string{lockKey, counter, queue, deadlines}, []any{"me:", p + "ch", "", "", "60000", "", "", ""}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
+		{"lua/release.lua", "get", []string{lockKey, counter, queue, deadlines, marker}, []any{"me:", p + "ch", "", "", "60000", "me:next:30000", "60000", ""}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
+		}},
 		{"lua/refresh.lua", "get", []string{lockKey, counter}, []any{"me:", "60000", "60000"}, func(ctx context.Context) {
 			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
 			require.NoError(t, admin.Set(ctx, counter, "7", longTTL).Err())
