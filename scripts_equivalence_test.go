@@ -376,6 +376,14 @@ func behindClock(s equivState) bool {
 // fast path alone: it must decide exactly the states it is for, and
 // write nothing in the others, which it leaves to the rest.
 func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
+	runEquivStates(t, equivRuns(t))
+}
+
+// equivRuns returns the runs of the equivalence tests: the acquire and
+// release scripts, shipped, without their fast paths and their fast
+// paths alone, with each case's arguments.
+func equivRuns(t *testing.T) []equivRun {
+	t.Helper()
 	full, err := luagen.GenerateWithoutFastPaths(filepath.Join("lua", "src"))
 	require.NoError(t, err)
 	var runs []equivRun
@@ -430,7 +438,10 @@ func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
 		r.fastOnly = script.New(fastPathOnly(t, r.shipped.Source()))
 		require.NotEqual(t, r.shipped.Source(), r.full.Source(), "%s.lua has no fast path", r.name)
 	}
+	return runs
+}
 
+func runEquivStates(t *testing.T, runs []equivRun) {
 	redistest.Each(t, func(t *testing.T, be *redistest.Backend) {
 		ctx := context.Background()
 		c := be.Client
