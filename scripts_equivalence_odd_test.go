@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
 	"github.com/fencedlock/fencedlock/internal/redistest"
-	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // equivOdd is a state of a resource's keys that equivStates does not
@@ -140,60 +138,17 @@ func TestFastPathsAreEquivalentOnOddKeys(t *testing.T) {
 		}
 	}
 	redistest.Each(t, func(t *testing.T, be *redistest.Backend) {
-		ctx := context.Background()
-		c := be.Client
-		tol := tolerance{}
-		if m := be.Miniredis(); m != nil {
-			m.SetTime(time.Unix(1750000000, 123456789))
-		} else {
-			tol.ms = 3000
-		}
-		base, err := c.Time(ctx).Result()
-		require.NoError(t, err)
-		n, failures := 0, 0
+		e := newEquivBackend(t, be)
 		for _, r := range runs {
 			for _, s := range equivOddStates() {
 				if s.miniOnly && be.Miniredis() == nil {
 					continue
 				}
-				n++
-				keysA, keysB, keysC := equivKeys(be.Prefix, n, "a"), equivKeys(be.Prefix, n, "b"), equivKeys(be.Prefix, n, "c")
-				p := c.Pipeline()
-				for _, k := range [][]string{keysA, keysB, keysC} {
-					s.put(ctx, p, k, base.UnixMicro(), base.UnixMilli())
-				}
-				_, err := p.Exec(ctx)
-				require.NoError(t, err)
-				before := snapshot(t, ctx, c, keysC)
-				shipped := replyOf(r.shipped.Run(ctx, c, script.Keys(keysA...), r.args...).Result())
-				whole := replyOf(r.full.Run(ctx, c, script.Keys(keysB...), r.args...).Result())
-				alone := replyOf(r.fastOnly.Run(ctx, c, script.Keys(keysC...), r.args...).Result())
-				after := snapshot(t, ctx, c, append(append(append([]string(nil), keysA...), keysB...), keysC...))
-				afterA, afterB, afterC := after[:5], after[5:10], after[10:]
-				what := fmt.Sprintf("%s %v, %s", r.name, r.args, s.name)
-				if !tol.sameReply(shipped, whole) {
-					t.Errorf("%s: replies differ: with the fast path %v, without %v", what, shipped, whole)
-					failures++
-				}
-				if !tol.sameKeys(afterA, afterB) {
-					t.Errorf("%s: keys differ after the runs:\n  with the fast path    %v\n  without the fast path %v", what, afterA, afterB)
-					failures++
-				}
-				if alone != fellThrough {
-					if !tol.sameReply(alone, shipped) {
-						t.Errorf("%s: the fast path alone answered %v, the script %v", what, alone, shipped)
-						failures++
-					}
-				} else if !tol.sameKeys(before, afterC) {
-					t.Errorf("%s: the fast path wrote though it did not decide:\n  before %v\n  after  %v", what, before, afterC)
-					failures++
-				}
-				require.NoError(t, c.Del(ctx, append(append(keysA, keysB...), keysC...)...).Err())
-				if failures >= 20 {
-					t.Fatalf("stopped after %d differences", failures)
-				}
+				e.compare(r, r.args, fmt.Sprintf("%s %v, %s", r.name, r.args, s.name), func(p redis.Pipeliner, keys []string) {
+					s.put(e.ctx, p, keys, e.base.UnixMicro(), e.base.UnixMilli())
+				})
 			}
 		}
-		t.Logf("%d odd states compared", n)
+		t.Logf("%d odd states compared", e.n)
 	})
 }

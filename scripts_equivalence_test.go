@@ -441,71 +441,106 @@ func equivRuns(t *testing.T) []equivRun {
 	return runs
 }
 
+// equivBackend compares runs of scripts on one backend.
+type equivBackend struct {
+	t        *testing.T
+	ctx      context.Context
+	c        *redis.Client
+	prefix   string
+	tol      tolerance
+	base     time.Time // the server clock the states are built from
+	n        int       // sets of keys used so far
+	failures int
+}
+
+// newEquivBackend stops miniredis's clock, or allows a real server's
+// clock to move between the runs of a state.
+func newEquivBackend(t *testing.T, be *redistest.Backend) *equivBackend {
+	e := &equivBackend{t: t, ctx: context.Background(), c: be.Client, prefix: be.Prefix}
+	if m := be.Miniredis(); m != nil {
+		m.SetTime(time.Unix(1750000000, 123456789))
+	} else {
+		// Runs on a loaded machine are seconds apart at most; the
+		// TTLs and times of the states are further apart than that.
+		e.tol.ms = 3000
+	}
+	var err error
+	e.base, err = e.c.Time(e.ctx).Result()
+	require.NoError(t, err)
+	return e
+}
+
+// errorf reports a difference, and stops the test after 20.
+func (e *equivBackend) errorf(format string, args ...any) {
+	e.t.Helper()
+	e.t.Errorf(format, args...)
+	e.failures++
+	if e.failures >= 20 {
+		e.t.Fatalf("stopped after %d differences", e.failures)
+	}
+}
+
+// compare builds a state (put) in three sets of keys, runs the shipped
+// script, the script without its fast path and the fast path alone on
+// them with args, and reports where the first two differ (reply, keys
+// after), where the fast path alone answered other than the script when
+// it decided, and where it wrote when it did not. It returns whether the
+// fast path decided, and what it answered.
+func (e *equivBackend) compare(r equivRun, args []any, what string, put func(p redis.Pipeliner, keys []string)) (bool, any) {
+	e.t.Helper()
+	ctx, c, tol := e.ctx, e.c, e.tol
+	e.n++
+	keysA, keysB, keysC := equivKeys(e.prefix, e.n, "a"), equivKeys(e.prefix, e.n, "b"), equivKeys(e.prefix, e.n, "c")
+	p := c.Pipeline()
+	put(p, keysA)
+	put(p, keysB)
+	put(p, keysC)
+	_, err := p.Exec(ctx)
+	require.NoError(e.t, err)
+	before := snapshot(e.t, ctx, c, keysC)
+
+	shipped := replyOf(r.shipped.Run(ctx, c, script.Keys(keysA...), args...).Result())
+	whole := replyOf(r.full.Run(ctx, c, script.Keys(keysB...), args...).Result())
+	alone := replyOf(r.fastOnly.Run(ctx, c, script.Keys(keysC...), args...).Result())
+	after := snapshot(e.t, ctx, c, append(append(append([]string(nil), keysA...), keysB...), keysC...))
+	afterA, afterB, afterC := after[:5], after[5:10], after[10:]
+	require.NoError(e.t, c.Del(ctx, append(append(keysA, keysB...), keysC...)...).Err())
+
+	if !tol.sameReply(shipped, whole) {
+		e.errorf("%s: replies differ: with the fast path %v, without %v", what, shipped, whole)
+	}
+	if !tol.sameKeys(afterA, afterB) {
+		e.errorf("%s: keys differ after the runs:\n  with the fast path    %v\n  without the fast path %v", what, afterA, afterB)
+	}
+	took := alone != fellThrough
+	if took && !tol.sameReply(alone, shipped) {
+		e.errorf("%s: the fast path alone answered %v, the script %v", what, alone, shipped)
+	}
+	if !took && !tol.sameKeys(before, afterC) {
+		e.errorf("%s: the fast path wrote though it did not decide:\n  before %v\n  after  %v", what, before, afterC)
+	}
+	return took, alone
+}
+
 func runEquivStates(t *testing.T, runs []equivRun) {
 	redistest.Each(t, func(t *testing.T, be *redistest.Backend) {
-		ctx := context.Background()
-		c := be.Client
-		tol := tolerance{}
-		if m := be.Miniredis(); m != nil {
-			m.SetTime(time.Unix(1750000000, 123456789))
-		} else {
-			// Runs on a loaded machine are seconds apart at most; the
-			// TTLs and times of the states are further apart than that.
-			tol.ms = 3000
-		}
-		base, err := c.Time(ctx).Result()
-		require.NoError(t, err)
-		n, decided, failures := 0, map[string]int{}, 0
+		e := newEquivBackend(t, be)
+		decided := map[string]int{}
 		for _, r := range runs {
 			for _, s := range equivStates(r.markers) {
-				n++
-				args := r.args
-				keysA, keysB, keysC := equivKeys(be.Prefix, n, "a"), equivKeys(be.Prefix, n, "b"), equivKeys(be.Prefix, n, "c")
-				p := c.Pipeline()
-				s.put(ctx, p, keysA, base)
-				s.put(ctx, p, keysB, base)
-				s.put(ctx, p, keysC, base)
-				_, err := p.Exec(ctx)
-				require.NoError(t, err)
-				before := snapshot(t, ctx, c, keysC)
-
-				shipped := replyOf(r.shipped.Run(ctx, c, script.Keys(keysA...), args...).Result())
-				whole := replyOf(r.full.Run(ctx, c, script.Keys(keysB...), args...).Result())
-				alone := replyOf(r.fastOnly.Run(ctx, c, script.Keys(keysC...), args...).Result())
-				after := snapshot(t, ctx, c, append(append(append([]string(nil), keysA...), keysB...), keysC...))
-				afterA, afterB, afterC := after[:5], after[5:10], after[10:]
-
-				what := fmt.Sprintf("%s %v, %s", r.name, args, s)
-				if !tol.sameReply(shipped, whole) {
-					t.Errorf("%s: replies differ: with the fast path %v, without %v", what, shipped, whole)
-					failures++
-				}
-				if !tol.sameKeys(afterA, afterB) {
-					t.Errorf("%s: keys differ after the runs:\n  with the fast path    %v\n  without the fast path %v", what, afterA, afterB)
-					failures++
-				}
-				took := alone != fellThrough
-				if took != r.fast(s, args) {
-					t.Errorf("%s: the fast path alone answered %v; want it to decide only the states it is for", what, alone)
-					failures++
+				what := fmt.Sprintf("%s %v, %s", r.name, r.args, s)
+				took, alone := e.compare(r, r.args, what, func(p redis.Pipeliner, keys []string) {
+					s.put(e.ctx, p, keys, e.base)
+				})
+				if took != r.fast(s, r.args) {
+					e.errorf("%s: the fast path alone answered %v; want it to decide only the states it is for", what, alone)
 				}
 				if took {
 					decided[r.name]++
-					if !tol.sameReply(alone, shipped) {
-						t.Errorf("%s: the fast path alone answered %v, the script %v", what, alone, shipped)
-						failures++
-					}
-				} else if !tol.sameKeys(before, afterC) {
-					t.Errorf("%s: the fast path wrote though it did not decide:\n  before %v\n  after  %v", what, before, afterC)
-					failures++
-				}
-				require.NoError(t, c.Del(ctx, append(append(keysA, keysB...), keysC...)...).Err())
-				if failures >= 20 {
-					t.Fatalf("stopped after %d differences", failures)
 				}
 			}
 		}
-		t.Logf("%d states compared; the fast paths decided %d of acquire's and %d of release's", n, decided["acquire"], decided["release"])
+		t.Logf("%d states compared; the fast paths decided %d of acquire's and %d of release's", e.n, decided["acquire"], decided["release"])
 		require.Positive(t, decided["acquire"])
 		require.Positive(t, decided["release"])
 	})
