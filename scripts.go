@@ -42,9 +42,9 @@ var (
 // script cache does not hold them.
 var (
 	acquireScript    = script.New(acquireLua)    // acquire.go: decodeAcquire
-	releaseScript    = script.New(releaseLua)    // lease_scripts.go: decodeRelease
-	refreshScript    = script.New(refreshLua)    // lease_scripts.go: decodeRefresh
-	pttlScript       = script.New(pttlLua)       // lease_scripts.go: decodePTTL
+	releaseScript    = script.New(releaseLua)    // lease.go: decodeRelease
+	refreshScript    = script.New(refreshLua)    // lease.go: decodeRefresh
+	pttlScript       = script.New(pttlLua)       // lease.go: decodePTTL
 	advanceScript    = script.New(advanceLua)    // lock.go: decodeAdvance
 	putScript        = script.New(putLua)        // store.go: decodePut
 	fenceScript      = script.New(fenceLua)      // store.go: decodeFence

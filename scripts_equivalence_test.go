@@ -407,10 +407,11 @@ func equivRuns(t *testing.T) []equivRun {
 		// candidates the fast path leaves to the rest: another Locker's
 		// waiter, malformed entries, a TTL of 0
 		{"", "", "60000", equivOther + "30000", "90000"}, {"", "", "60000", "garbage", "90000"},
-		{"", "", "60000", "aaaaaaaaaaaaaaaa3333333333333333:0", "90000"}, {"", "", "60000", "aaaaaaaaaaaaaaaa:30000", "90000"},
-		{"", "", "60000", "aaaaaaaaaaaaaaaa3:3:30000", "90000"},
-		// and one it takes: a nonce shorter than the Locker's (never
-		// made), with the counter kept for ever
+		{"", "", "60000", "aaaaaaaaaaaaaaaa3333333333333333:0", "90000"},
+		// and ones it takes, of the Locker's id though the library never
+		// makes them: an owner of the id alone, one holding a ':', and a
+		// nonce shorter than the Locker's with the counter kept for ever
+		{"", "", "60000", "aaaaaaaaaaaaaaaa:30000", "90000"}, {"", "", "60000", "aaaaaaaaaaaaaaaa3:3:30000", "90000"},
 		{"", "", "0", "aaaaaaaaaaaaaaaa3333:30000", "90000"},
 	} {
 		runs = append(runs, equivRun{

@@ -17,12 +17,13 @@
 --                             integer below 2^53 (a Lua number holds it
 --                             exactly), above, a digit string; alone,
 --                             not in an array, the cheapest reply for
---                             the client to read (a lock value with no
---                             valid token after the caller's owner,
---                             which another client wrote, answers what
---                             it holds there the same way: "0" as the
---                             integer 0, anything else not digits as a
---                             string; the caller refuses both)
+--                             the client to read (a lock value that
+--                             holds something else after the caller's
+--                             owner, which another client wrote,
+--                             answers it the same way: digits below
+--                             2^53 ("0" too) as an integer, the rest as
+--                             a string; the caller takes what parses as
+--                             a token, "007" as 7, and refuses the rest)
 --   {REFUSED (0), ms, floor}  the lock is another's, or promised to a
 --                             waiter ahead: ms is how long until it may
 --                             be free (the holder's PTTL, or the
@@ -54,9 +55,11 @@ local REFUSED, ABANDONED = 0, 2
 -- runs before the helpers below are defined, so this case pays for none
 -- of them, and it reads everything before it writes. Any other case
 -- falls through, with nothing written, to the rest of the script, which
--- decides every case, this one too, by the same rules (next_token); an
--- error of the counter's read (another type, an ACL refusal) too, which
--- the rest reports.
+-- decides every case, this one too, by the same rules (next_token); a
+-- refused read of the counter (another type, an ACL refusal) too, which
+-- the rest reports. Its EXISTS and TIME raise as the rest's would: the
+-- ACL rule of docs/redis.md grants every command the scripts run, and
+-- under a rule that lacks one the two paths may fail apart.
 --@fast
 if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
   local c = redis.pcall('GET', KEYS[2])

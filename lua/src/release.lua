@@ -17,7 +17,7 @@
 -- ARGV[6]  the entry of the caller's Locker's next waiter for the
 --          resource (its candidate), or ''
 -- ARGV[7]  the life in milliseconds of the candidate's place, should it
---          be queued, or ''
+--          be queued: given with a candidate, '' without one
 -- ARGV[8]  'sharded' when the server has sharded pub/sub (SPUBLISH),
 --          'classic' when not, '' when not known
 --
@@ -71,9 +71,10 @@ local UNPUBLISHED, PUBLISHED, IN_REPLY = 0, 1, 2
 local QUEUED = 1
 
 -- What the fast path read before it fell through, which the rest reuses
--- instead of asking Redis again: the lock's value (nil: not read, or an
--- error the rest must raise), and how many of the queue and the
--- candidate's abandon marker exist (nil: not asked).
+-- instead of asking Redis again: the lock's value (nil: not read, or the
+-- read failed, and the rest reads it again with get, which answers a key
+-- of another type and raises any other error), and how many of the queue
+-- and the candidate's abandon marker exist (nil: not asked).
 local read_lock, queue_or_marker
 
 -- The fast path: the common cases, the caller's own lock released by its
@@ -85,8 +86,11 @@ local read_lock, queue_or_marker
 -- before the helpers below are defined, so these cases pay for none of
 -- them, and it reads everything before it writes. Any other case falls
 -- through, with nothing written, to the rest of the script, which
--- decides every case, these too; an error of a read (another type, an
--- ACL refusal) too, which the rest reports.
+-- decides every case, these too; a refused read of the lock or the
+-- counter (another type, an ACL refusal) too, which the rest reports.
+-- Its EXISTS and TIME raise as the rest's would: the ACL rule of
+-- docs/redis.md grants every command the scripts run, and under a rule
+-- that lacks one the two paths may fail apart.
 --@fast
 if ARGV[3] == '' and ARGV[4] == '' then
   local v = redis.pcall('GET', KEYS[1])
