@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,29 +101,88 @@ func timedOut(ctx context.Context, deadline time.Time, err error) error {
 }
 
 // apart runs f(ctx, a) in a goroutine of its own, and returns its result,
-// or ctx's error as soon as ctx ends.
+// or ctx's error as soon as ctx ends. Once warm it allocates nothing: the
+// round trip, its result and the channel that tells of it live in a job
+// taken from a pool, and the goroutine starts from a plain function that
+// takes the job from a channel.
 func apart[A, T any](ctx context.Context, a A, f func(context.Context, A) (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f(ctx, a)
-		ch <- result{v, err}
-	}()
+	j := jobPool[A, T]().Get().(*job[A, T])
+	j.ctx, j.a, j.f = ctx, a, f
+	go runStarted()
+	started <- j
 	select {
-	case r := <-ch:
-		return r.v, r.err
+	case <-j.done:
 	case <-ctx.Done():
-		select {
-		case r := <-ch: // the answer came with the end of ctx
-			return r.v, r.err
-		default:
+		if j.state.CompareAndSwap(jobRunning, jobLeft) {
+			// the goroutine puts the job back when f returns
 			var zero T
 			return zero, ctx.Err()
 		}
+		<-j.done // the answer came with the end of ctx
 	}
+	v, err := j.v, j.err
+	j.free()
+	return v, err
+}
+
+// A job is a round trip that apart runs in a goroutine of its own.
+type job[A, T any] struct {
+	ctx context.Context
+	a   A
+	f   func(context.Context, A) (T, error)
+	v   T     // f's result, set before done is sent on
+	err error // f's error, the same
+	// jobRunning until one of f's return (jobDone) and the caller's
+	// leave at the end of ctx (jobLeft) comes first
+	state atomic.Int32
+	done  chan struct{} // one value once f has returned to a caller still waiting
+}
+
+const (
+	jobRunning int32 = iota
+	jobDone
+	jobLeft
+)
+
+// started passes jobs to the goroutines that run them (runStarted): a
+// goroutine started from a function that takes no arguments allocates
+// nothing for its closure. Every job sent on it has a goroutine started
+// for it, so a send never waits long.
+var started = make(chan interface{ run() }, 64)
+
+func runStarted() { (<-started).run() }
+
+func (j *job[A, T]) run() {
+	j.v, j.err = j.f(j.ctx, j.a)
+	if j.state.CompareAndSwap(jobRunning, jobDone) {
+		j.done <- struct{}{}
+		return
+	}
+	j.free() // the caller has left: nobody wants the result
+}
+
+// free drops what the job refers to and puts it back in its pool.
+func (j *job[A, T]) free() {
+	var zero job[A, T]
+	j.ctx, j.a, j.f, j.v, j.err = nil, zero.a, nil, zero.v, nil
+	j.state.Store(jobRunning)
+	jobPool[A, T]().Put(j)
+}
+
+// jobPools holds a pool of jobs for each instantiation of job, by its
+// jobKey.
+var jobPools sync.Map
+
+type jobKey[A, T any] struct{}
+
+func jobPool[A, T any]() *sync.Pool {
+	if p, ok := jobPools.Load(jobKey[A, T]{}); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := jobPools.LoadOrStore(jobKey[A, T]{}, &sync.Pool{New: func() any {
+		return &job[A, T]{done: make(chan struct{}, 1)}
+	}})
+	return p.(*sync.Pool)
 }
 
 // Heeds reports whether client ends every round trip at its ctx's

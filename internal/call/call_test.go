@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -57,9 +61,15 @@ func TestBoundedHeeds(t *testing.T) {
 			t.Fatalf("Bounded = %d, %v", v, err)
 		}
 	})
-	assert.Zero(t, allocs, "Bounded started a goroutine although the client heeds ctx's deadline")
-	allocs = testing.AllocsPerRun(100, func() { _, _ = Bounded(ctx, false, f) })
-	assert.NotZero(t, allocs, "without heeds, f must run in a goroutine of its own")
+	assert.Zero(t, allocs, "Bounded allocated although the client heeds ctx's deadline")
+	caller := goroutineID()
+	var ran string
+	_, _ = Bounded(ctx, true, func(context.Context) (int, error) { ran = goroutineID(); return 0, nil })
+	assert.Equal(t, caller, ran, "Bounded started a goroutine although the client heeds ctx's deadline")
+	_, _ = Bounded(ctx, false, func(context.Context) (int, error) { ran = goroutineID(); return 0, nil })
+	assert.NotEqual(t, caller, ran, "without heeds, f must run in a goroutine of its own")
+	_, _ = BoundedOn(ctx, false, 0, func(context.Context, int) (int, error) { ran = goroutineID(); return 0, nil })
+	assert.NotEqual(t, caller, ran, "without heeds, f must run in a goroutine of its own")
 
 	// The connection's deadline is ctx's: its timeout comes back as ctx's
 	// error, and a reply that came is kept.
@@ -93,6 +103,90 @@ func TestBoundedHeeds(t *testing.T) {
 	_, err = Bounded(cancellable, true, func(context.Context) (int, error) { <-release; return 1, nil })
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), time.Second, "Bounded waited for f past the cancel")
+}
+
+// goroutineID returns the number of the goroutine that calls it.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1]
+}
+
+// A round trip run apart allocates nothing once warm: its job, result
+// and channel come from a pool. (Not under the race detector, whose
+// sync.Pool drops what it is given at random.)
+func TestApartAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	ctx.Done()
+	f := func(_ context.Context, a [3]any) (any, error) { return a[1], nil }
+	allocs := testing.AllocsPerRun(1000, func() {
+		if v, err := BoundedOn(ctx, false, [3]any{nil, 7, nil}, f); v != 7 || err != nil {
+			t.Fatalf("BoundedOn = %v, %v", v, err)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+// Jobs are reused: a caller that left at the end of its ctx, while its
+// round trip still runs, never sees another call's result, nor another
+// caller its late one; many at once, more than the channel that starts
+// them holds, each get their own.
+func TestApartKeepsEachCallsResult(t *testing.T) {
+	f := func(ctx context.Context, n int) (int, error) {
+		if n < 0 {
+			<-ctx.Done()
+			time.Sleep(20 * time.Millisecond) // the caller leaves first, mostly
+			return n, errors.New("late")
+		}
+		return n * 2, nil
+	}
+	var wg sync.WaitGroup
+	var left atomic.Int32
+	for g := 0; g < 200; g++ {
+		g := g
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= 20; i++ {
+				n := g*1000 + i
+				if i%5 == 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					v, err := BoundedOn(ctx, false, -n, f)
+					cancel()
+					switch {
+					case v == 0 && errors.Is(err, context.DeadlineExceeded):
+						left.Add(1)
+					case v != -n || err == nil || err.Error() != "late":
+						// not its own answer, which may come with the
+						// end of ctx
+						t.Errorf("BoundedOn(%d) left at its deadline got %d, %v", -n, v, err)
+					}
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				v, err := BoundedOn(ctx, false, n, f)
+				cancel()
+				if v != 2*n || err != nil {
+					t.Errorf("BoundedOn(%d) = %d, %v; want %d", n, v, err, 2*n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Positive(t, left.Load(), "no call left before its round trip ended")
+	// the round trips of the calls that left end, and put their jobs back
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 1; i <= 100; i++ {
+		v, err := BoundedOn(ctx, false, i, f)
+		require.NoError(t, err)
+		require.Equal(t, 2*i, v)
+	}
 }
 
 type errTimeout struct{}
