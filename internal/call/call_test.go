@@ -189,6 +189,82 @@ func TestApartKeepsEachCallsResult(t *testing.T) {
 	}
 }
 
+// An answer that comes with the end of ctx (f returns as ctx ends, and
+// its goroutine tells so before the caller has seen the end) is the
+// call's result, and the job it came in is clean when it is reused: the
+// next call through the same pool gets its own result, not a stale
+// signal of this one.
+func TestApartKeepsAnAnswerThatCameWithTheEnd(t *testing.T) {
+	came := 0
+	for i := 1; i <= 2000; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		v, err := BoundedOn(ctx, false, i, func(_ context.Context, n int) (int, error) {
+			cancel() // ctx ends as f returns
+			return n, nil
+		})
+		switch {
+		case err == nil && v == i:
+			came++
+		case errors.Is(err, context.Canceled) && v == 0:
+		default:
+			t.Fatalf("BoundedOn(%d) at the end of ctx = %d, %v", i, v, err)
+		}
+		lasting, stop := context.WithTimeout(context.Background(), time.Minute)
+		v, err = BoundedOn(lasting, false, -i, func(_ context.Context, n int) (int, error) { return n, nil })
+		stop()
+		if err != nil || v != -i {
+			t.Fatalf("BoundedOn(%d) after a call whose ctx ended with its answer = %d, %v", -i, v, err)
+		}
+	}
+	assert.Positive(t, came, "no answer came with the end of ctx")
+}
+
+// A job put back in its pool refers to nothing of its call: neither the
+// argument nor the result of a round trip is kept alive by the pool,
+// whether the caller took the result or left at the end of ctx.
+func TestApartKeepsNothingAlive(t *testing.T) {
+	type big struct{ b [1 << 16]byte }
+	collected := func(t *testing.T, call func(a *big)) {
+		t.Helper()
+		gone := make(chan struct{}, 2)
+		func() {
+			a := new(big)
+			runtime.SetFinalizer(a, func(*big) { gone <- struct{}{} })
+			call(a)
+		}()
+		time.Sleep(50 * time.Millisecond) // a round trip left behind ends
+		runtime.GC()                      // one GC: a pooled job survives it
+		select {
+		case <-gone:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the argument of a finished round trip is still alive")
+		}
+	}
+	t.Run("answered", func(t *testing.T) {
+		collected(t, func(a *big) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			v, err := BoundedOn(ctx, false, a, func(_ context.Context, a *big) (*big, error) { return a, nil })
+			require.NoError(t, err)
+			require.Same(t, a, v)
+		})
+	})
+	t.Run("left", func(t *testing.T) {
+		collected(t, func(a *big) {
+			ctx, cancel := context.WithCancel(context.Background())
+			release := make(chan struct{})
+			go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+			_, err := BoundedOn(ctx, false, a, func(ctx context.Context, a *big) (*big, error) {
+				<-ctx.Done()
+				<-release
+				return a, errors.New("late")
+			})
+			require.ErrorIs(t, err, context.Canceled)
+			close(release)
+		})
+	})
+}
+
 type errTimeout struct{}
 
 func (errTimeout) Error() string   { return "i/o timeout" }
