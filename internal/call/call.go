@@ -146,8 +146,9 @@ const (
 
 // started passes jobs to the goroutines that run them (runStarted): a
 // goroutine started from a function that takes no arguments allocates
-// nothing for its closure. Every job sent on it has a goroutine started
-// for it, so a send never waits long.
+// nothing for its closure. Each caller starts one goroutine before it
+// sends its job, and any of them runs any job: as many run as are sent,
+// so a send waits at most until one of them is scheduled.
 var started = make(chan interface{ run() }, 64)
 
 func runStarted() { (<-started).run() }
@@ -165,7 +166,7 @@ func (j *job[A, T]) run() {
 func (j *job[A, T]) free() {
 	var zero job[A, T]
 	j.ctx, j.a, j.f, j.v, j.err = nil, zero.a, nil, zero.v, nil
-	j.state.Store(jobRunning)
+	j.state.Store(jobRunning) // before Put: its next user may take it at once
 	jobPool[A, T]().Put(j)
 }
 

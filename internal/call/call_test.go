@@ -232,8 +232,8 @@ func TestApartKeepsNothingAlive(t *testing.T) {
 			runtime.SetFinalizer(a, func(*big) { gone <- struct{}{} })
 			call(a)
 		}()
-		time.Sleep(50 * time.Millisecond) // a round trip left behind ends
-		runtime.GC()                      // one GC: a pooled job survives it
+		time.Sleep(200 * time.Millisecond) // a round trip left behind ends
+		runtime.GC()                       // one GC: a pooled job survives it
 		select {
 		case <-gone:
 		case <-time.After(2 * time.Second):
