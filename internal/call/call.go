@@ -108,8 +108,8 @@ func timedOut(ctx context.Context, deadline time.Time, err error) error {
 func apart[A, T any](ctx context.Context, a A, f func(context.Context, A) (T, error)) (T, error) {
 	j := jobPool[A, T]().Get().(*job[A, T])
 	j.ctx, j.a, j.f = ctx, a, f
-	go runStarted()
 	started <- j
+	go runStarted()
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -146,9 +146,11 @@ const (
 
 // started passes jobs to the goroutines that run them (runStarted): a
 // goroutine started from a function that takes no arguments allocates
-// nothing for its closure. Each caller starts one goroutine before it
-// sends its job, and any of them runs any job: as many run as are sent,
-// so a send waits at most until one of them is scheduled.
+// nothing for its closure. Each caller sends its job, then starts one
+// goroutine, and any of them runs any job: a goroutine finds a job
+// waiting when it starts (it does not park, to be woken by the send), and
+// a send waits only when 64 jobs wait, until one of their goroutines is
+// scheduled.
 var started = make(chan interface{ run() }, 64)
 
 func runStarted() { (<-started).run() }
