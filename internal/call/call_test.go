@@ -223,7 +223,7 @@ func TestApartKeepsAnAnswerThatCameWithTheEnd(t *testing.T) {
 // argument nor the result of a round trip is kept alive by the pool,
 // whether the caller took the result or left at the end of ctx.
 func TestApartKeepsNothingAlive(t *testing.T) {
-	type big struct{ b [1 << 16]byte }
+	type big [1 << 16]byte
 	collected := func(t *testing.T, call func(a *big)) {
 		t.Helper()
 		gone := make(chan struct{}, 2)
