@@ -138,6 +138,7 @@ func TestFastPathsAreEquivalentOnOddKeys(t *testing.T) {
 		}
 	}
 	redistest.Each(t, func(t *testing.T, be *redistest.Backend) {
+		skipMiniUnderRace(t, be)
 		e := newEquivBackend(t, be)
 		for _, r := range runs {
 			for _, s := range equivOddStates() {

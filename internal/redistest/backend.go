@@ -134,12 +134,23 @@ func Main(m *testing.M) {
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // Each runs fn as two subtests, "miniredis" on a fresh miniredis and
-// "redis" on the shared real redis-server.
+// "redis" on the shared real redis-server. With RealOnlyEnv set to 1 the
+// first is skipped: CI's server matrix sets it, as the miniredis runs do
+// not depend on the server and run elsewhere in CI.
 func Each(t *testing.T, fn func(t *testing.T, b *Backend)) {
 	t.Helper()
-	t.Run("miniredis", func(t *testing.T) { fn(t, Mini(t)) })
+	t.Run("miniredis", func(t *testing.T) {
+		if os.Getenv(RealOnlyEnv) == "1" {
+			t.Skip(RealOnlyEnv + "=1: the real server's run alone")
+		}
+		fn(t, Mini(t))
+	})
 	t.Run("redis", func(t *testing.T) { fn(t, Real(t)) })
 }
+
+// RealOnlyEnv names the environment variable that, set to 1, makes Each
+// run its real-Redis subtest alone.
+const RealOnlyEnv = "FENCEDLOCK_TEST_REAL_ONLY"
 
 // Mini returns a Backend on a fresh miniredis, closed when t ends.
 func Mini(tb testing.TB) *Backend {
