@@ -136,6 +136,7 @@ type job[A, T any] struct {
 	// leave at the end of ctx (jobLeft) comes first
 	state atomic.Int32
 	done  chan struct{} // one value once f has returned to a caller still waiting
+	pool  *sync.Pool    // the pool the job came from, and goes back to
 }
 
 const (
@@ -169,7 +170,7 @@ func (j *job[A, T]) free() {
 	var zero job[A, T]
 	j.ctx, j.a, j.f, j.v, j.err = nil, zero.a, nil, zero.v, nil
 	j.state.Store(jobRunning) // before Put: its next user may take it at once
-	jobPool[A, T]().Put(j)
+	j.pool.Put(j)
 }
 
 // jobPools holds a pool of jobs for each instantiation of job, by its
@@ -182,10 +183,10 @@ func jobPool[A, T any]() *sync.Pool {
 	if p, ok := jobPools.Load(jobKey[A, T]{}); ok {
 		return p.(*sync.Pool)
 	}
-	p, _ := jobPools.LoadOrStore(jobKey[A, T]{}, &sync.Pool{New: func() any {
-		return &job[A, T]{done: make(chan struct{}, 1)}
-	}})
-	return p.(*sync.Pool)
+	p := new(sync.Pool)
+	p.New = func() any { return &job[A, T]{done: make(chan struct{}, 1), pool: p} }
+	found, _ := jobPools.LoadOrStore(jobKey[A, T]{}, p)
+	return found.(*sync.Pool)
 }
 
 // Heeds reports whether client ends every round trip at its ctx's
