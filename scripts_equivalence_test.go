@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fencedlock/fencedlock/internal/luagen"
+	"github.com/fencedlock/fencedlock/internal/racetest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/fencedlock/fencedlock/internal/script"
 )
@@ -385,7 +386,7 @@ func TestFastPathsAreEquivalentToTheFullScripts(t *testing.T) {
 // time from one goroutine. The real server's run stays; CI runs both
 // without the detector too (the newest go-redis).
 func skipMiniUnderRace(t *testing.T, be *redistest.Backend) {
-	if raceEnabled && be.Miniredis() != nil {
+	if racetest.Enabled && be.Miniredis() != nil {
 		t.Skip("miniredis's run of the scripts' equivalence is left out under the race detector (it checks Lua, from one goroutine)")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/racetest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -60,7 +61,7 @@ func TestMain(m *testing.M) {
 	}
 	bin = filepath.Join(dir, "fencedlock")
 	build := exec.Command("go", "build", "-o", bin)
-	if raceEnabled {
+	if racetest.Enabled { // the binary under test is built with -race too
 		build.Args = append(build.Args, "-race")
 	}
 	build.Args = append(build.Args, ".")
@@ -181,7 +182,7 @@ func (e *env) launch(cmd *exec.Cmd, extraEnv ...string) *proc {
 	name := fmt.Sprintf("%s/p%d", e.dir, time.Now().UnixNano())
 	p := &proc{t: e.t, cmd: cmd, stdout: name + ".out", stderr: name + ".err", exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), envRedisURL+"="+e.url)
-	if raceEnabled && os.Getenv("GORACE") == "" {
+	if racetest.Enabled && os.Getenv("GORACE") == "" {
 		// A race-enabled program waits a second at a clean exit for
 		// reports from other goroutines; races found while it runs
 		// are reported anyway.

@@ -17,6 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock/internal/racetest"
 )
 
 // Bounded returns f's result, or ctx's error as soon as ctx ends, and
@@ -116,7 +118,7 @@ func goroutineID() string {
 // and channel come from a pool. (Not under the race detector, whose
 // sync.Pool drops what it is given at random.)
 func TestApartAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if racetest.Enabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)

@@ -1,5 +1,0 @@
-//go:build race
-
-package call
-
-const raceEnabled = true
