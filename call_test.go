@@ -176,7 +176,11 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				stalled.p.Pause()
 				defer stalled.p.Resume()
-				cctx, cancel := context.WithCancelCause(ctx)
+				// Without a deadline, so that each round trip runs apart
+				// and the cancel ends the call at once: under a deadline,
+				// the client's copy that heeds it ends a stalled round
+				// trip at the client's read timeout (docs/waiting.md).
+				cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 				if name == "MemoryStore.Put" {
 					cancel(cause) // a MemoryStore never waits: cancelled before
 				} else {
@@ -189,7 +193,7 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 				assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, "Redis did not fail: the caller's ctx ended, for its cause")
 
 				// A plain cancel keeps saying what it says.
-				pctx, pcancel := context.WithCancel(ctx)
+				pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
 				if name == "MemoryStore.Put" {
 					pcancel()
 				} else {
@@ -203,7 +207,7 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 		}
 		// The Release of a stalled lock last: it ends nothing on failure.
 		stalled.p.Pause()
-		cctx, cancel := context.WithCancelCause(ctx)
+		cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 		time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
 		err := held.Release(cctx)
 		stalled.p.Resume()

@@ -105,8 +105,9 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	_, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
+	rt, heeds := l.clients.Get()
+	_, err := call.Bounded(ctx, heeds, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.replicaAcksOnce(ctx, rt, k, ttl)
 	})
 	if err != nil && errors.Is(err, ctx.Err()) {
 		return redisErr(ctx, "acquire", k.resource, err)
@@ -114,11 +115,12 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) er
 	return err
 }
 
-// replicaAcksOnce is replicaAcks without its bound.
-func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration) error {
+// replicaAcksOnce is replicaAcks without its bound, through rt (see
+// call.Clients.Get).
+func (l *Locker) replicaAcksOnce(ctx context.Context, rt redis.UniversalClient, k *Lock, ttl time.Duration) error {
 	w := l.replicas
 	var node *redis.Client
-	switch c := l.client.(type) {
+	switch c := rt.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
@@ -127,7 +129,7 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration
 			return fmt.Errorf("%w: acquire %s: finding the master of its slot: %w", ErrUnavailable, names.Quote(k.resource), err)
 		}
 	default: // New refused other clients
-		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
+		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", rt)
 	}
 	conn := node.Conn()
 	defer conn.Close()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -377,3 +378,168 @@ type replyErr string
 
 func (e replyErr) Error() string { return string(e) }
 func (replyErr) RedisError()     {}
+
+// countingHook counts the commands a client sends through its hooks.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The copy of a *redis.Client that Clients makes heeds ctx deadlines and
+// is otherwise the client: its connection pool, its timeouts and limits.
+// The client itself is left as it was.
+func TestClientsCopySharesTheClient(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ReadTimeout: 7 * time.Second, WriteTimeout: 9 * time.Second, PoolSize: 3, MaxRetries: 1})
+	defer client.Close()
+
+	cs := NewClients(client)
+	assert.Same(t, client, cs.Given())
+	rt, heeds := cs.Get()
+	copied, ok := rt.(*redis.Client)
+	require.True(t, ok, "Get() = %T", rt)
+	require.NotSame(t, client, copied, "a client that does not heed needs a copy")
+	assert.True(t, heeds)
+	assert.True(t, Heeds(copied))
+	assert.False(t, Heeds(client), "NewClients changed the client it was given")
+	o, co := client.Options(), copied.Options()
+	assert.Equal(t, 7*time.Second, co.ReadTimeout)
+	assert.Equal(t, 9*time.Second, co.WriteTimeout)
+	assert.Equal(t, 7*time.Second, o.ReadTimeout, "the client's own options changed")
+	assert.Equal(t, 9*time.Second, o.WriteTimeout, "the client's own options changed")
+	assert.Equal(t, o.PoolSize, co.PoolSize)
+	assert.Equal(t, o.MaxRetries, co.MaxRetries)
+	assert.Equal(t, o.Addr, co.Addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, copied.Set(ctx, "k", "v", 0).Err())
+	assert.EqualValues(t, 1, client.PoolStats().TotalConns, "the copy's connection is not in the client's pool")
+	got, err := client.Get(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+	assert.EqualValues(t, 1, client.PoolStats().TotalConns, "the client did not reuse the copy's connection")
+
+	require.NoError(t, client.Close())
+	assert.ErrorIs(t, copied.Get(ctx, "k").Err(), redis.ErrClosed, "closing the client must close the copy's pool, which is the client's")
+}
+
+// Commands sent through the client Get returns pass through the client's
+// hooks, those it had at NewClients (a copy that would lose them, as
+// go-redis's WithTimeout does in some versions, is not used) and those
+// added later (the copy is not used once the client has one it lacks).
+func TestClientsKeepTheHooks(t *testing.T) {
+	mr := miniredis.RunT(t)
+	ctx := context.Background()
+	for _, before := range []bool{true, false} {
+		client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		require.NoError(t, client.Ping(ctx).Err()) // the connection's own commands first
+		hook := new(countingHook)
+		var cs *Clients
+		if before {
+			client.AddHook(hook)
+			cs = NewClients(client)
+		} else {
+			cs = NewClients(client)
+			rt, heeds := cs.Get()
+			require.NotEqual(t, redis.UniversalClient(client), rt, "no hooks yet: the copy is used")
+			require.True(t, heeds)
+			client.AddHook(hook)
+		}
+		n, known := hookCount(client)
+		require.True(t, known, "hookCount cannot find go-redis's hooks: NewClients never copies")
+		require.Equal(t, 1, n)
+
+		rt, heeds := cs.Get()
+		require.NoError(t, rt.Set(ctx, "k", "v", 0).Err())
+		assert.EqualValues(t, 1, hook.n.Load(), "Get's client left out the client's hook (added before NewClients: %v)", before)
+		if rt != redis.UniversalClient(client) {
+			assert.True(t, heeds && Heeds(rt), "a copy that does not heed is no use")
+		} else {
+			assert.False(t, heeds, "the client does not heed")
+		}
+		require.NoError(t, client.Close())
+	}
+}
+
+// NewClients makes no copy of a client that needs none, or has none that
+// would share its connections.
+func TestClientsOfOtherClients(t *testing.T) {
+	heeding := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	heedingCluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer heeding.Close()
+	defer cluster.Close()
+	defer heedingCluster.Close()
+	defer ring.Close()
+	for name, c := range map[string]struct {
+		client redis.UniversalClient
+		heeds  bool
+	}{
+		"heeding": {heeding, true}, "cluster": {cluster, false}, "heeding cluster": {heedingCluster, true}, "ring": {ring, false},
+		"nil client": {(*redis.Client)(nil), false}, "nil": {nil, false},
+	} {
+		cs := NewClients(c.client)
+		rt, heeds := cs.Get()
+		assert.Equal(t, c.client, rt, name)
+		assert.Equal(t, c.heeds, heeds, name)
+	}
+}
+
+// A round trip through the copy to a server that never answers ends at
+// ctx's deadline, on the caller's goroutine, long before the client's
+// read timeout; and Bounded reports ctx's error.
+func TestClientsCopyEndsAtTheDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }() // reads, never answers
+		}
+	}()
+	client := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DisableIdentity: true, ReadTimeout: time.Minute, MaxRetries: -1})
+	defer client.Close()
+	rt, heeds := NewClients(client).Get()
+	require.NotEqual(t, redis.UniversalClient(client), rt, "a client without hooks that does not heed needs a copy")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	caller := goroutineID()
+	var ran string
+	start := time.Now()
+	_, err = Bounded(ctx, heeds, func(ctx context.Context) (string, error) {
+		ran = goroutineID()
+		return rt.Get(ctx, "k").Result()
+	})
+	elapsed := time.Since(start)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, elapsed, 30*time.Second, "the round trip waited for the client's read timeout, not ctx's deadline")
+	assert.Equal(t, caller, ran, "the copy heeds ctx's deadline: the round trip needs no goroutine")
+}
+
+// Get allocates nothing: it runs on every round trip.
+func TestClientsGetAllocatesNothing(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	cs := NewClients(client)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, heeds := cs.Get(); !heeds {
+			t.Fatal("no copy")
+		}
+	})
+	assert.Zero(t, allocs)
+}
