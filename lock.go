@@ -81,7 +81,8 @@ func WithPrefix(prefix string) Option {
 // without ContextTimeoutEnabled, the Locker sends its commands through a
 // copy of client (go-redis's WithTimeout) that shares its connection pool
 // and timeouts and has ContextTimeoutEnabled set, so that a round trip
-// ends at its ctx's deadline on the caller's goroutine; Client returns
+// ends at its ctx's deadline on the caller's goroutine (a cancel before
+// the deadline is then noticed when the round trip ends); Client returns
 // client itself. The copy is made only if it keeps client's hooks (some
 // go-redis versions drop them), and used only while client has no hook
 // added after New. Otherwise each round trip under a ctx with a deadline
