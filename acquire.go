@@ -11,7 +11,6 @@ import (
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/wait"
 	"github.com/fencedlock/fencedlock/observe"
-	"github.com/redis/go-redis/v9"
 )
 
 // abandonMarkerTTL is how long, beyond the lock's TTL, the marker of an
@@ -303,12 +302,11 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 // queue lasts without another attempt. Its error is redisErr's, or says
 // that the reply could not be read; it cleans up nothing: see giveUp.
 func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Duration) (wait.Answer, error) {
-	rt, heeds := l.clients.Get()
-	a := acquireCall{lock: lock, rt: rt, ms: l.ttlArgs.box(ms), life: ""}
+	a := acquireCall{lock: lock, ms: l.ttlArgs.box(ms), life: ""}
 	if life > 0 {
 		a.life = l.lifeArgs.box(life.Milliseconds())
 	}
-	res, err := call.BoundedOn(ctx, heeds, a, runAcquire)
+	res, err := call.BoundedOn(ctx, l.heeds, a, runAcquire)
 	if err != nil {
 		return wait.Answer{}, redisErr(ctx, "acquire", lock.resource, err, lock.keys[keyLock], lock.keys[keyToken], lock.keys[keyQueue], lock.keys[keyDeadlines])
 	}
@@ -322,13 +320,11 @@ func (l *Locker) attempt(ctx context.Context, lock *Lock, ms int64, life time.Du
 	return wait.Answer{Granted: r.status == acquireGranted, Token: uint64(r.token), Wait: r.wait, Floor: uint64(r.floor)}, nil
 }
 
-// acquireCall is the client an attempt goes through (see
-// call.Clients.Get) and what it sends besides the Lock's keys and owner:
+// acquireCall is what an attempt sends besides the Lock's keys and owner:
 // the TTL and the life of a waiter's place in milliseconds ("" for a
 // single attempt), boxed.
 type acquireCall struct {
 	lock     *Lock
-	rt       redis.UniversalClient
 	ms, life any
 }
 
@@ -336,7 +332,7 @@ type acquireCall struct {
 // call.BoundedOn).
 func runAcquire(ctx context.Context, a acquireCall) (any, error) {
 	k := a.lock
-	return acquireScript.Run(ctx, a.rt, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Result()
+	return acquireScript.Run(ctx, k.locker.client, k.keyArgs[:], k.owner, a.ms, a.life, k.locker.idleArg).Result()
 }
 
 // The statuses of acquire.lua's replies: a refusal's and an abandoned

@@ -2,11 +2,9 @@ package fencedlock
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,48 +54,4 @@ func TestLateGrantMessageIsNotTrusted(t *testing.T) {
 	require.NoError(t, r.err)
 	assert.Greater(t, r.lock.Token(), holder.Token())
 	require.NoError(t, r.lock.Release(ctx))
-}
-
-// A Locker and a RedisStore made with go-redis's default options send
-// their round trips through the client's copy that heeds ctx deadlines,
-// and give back the client itself; a client with a hook added after New
-// gets its commands back, through its hooks.
-func TestRoundTripsGoThroughTheHeedingCopy(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	l, s := New(c), NewRedisStore(c)
-	assert.Same(t, c, l.Client(), "Client must return the client New was given")
-	for name, cs := range map[string]interface {
-		Get() (redis.UniversalClient, bool)
-	}{"Locker": l.clients, "RedisStore": s.clients} {
-		rt, heeds := cs.Get()
-		assert.True(t, heeds, "%s: round trips under a deadline would run apart", name)
-		assert.NotEqual(t, redis.UniversalClient(c), rt, "%s: no copy", name)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	lock, err := l.TryAcquire(ctx, "r", time.Minute)
-	require.NoError(t, err)
-	var seen atomic.Int64
-	c.AddHook(hookFunc(func(ctx context.Context, cmd redis.Cmder) { seen.Add(1) }))
-	rt, heeds := l.clients.Get()
-	assert.Equal(t, redis.UniversalClient(c), rt, "a hook added after New: the copy lacks it")
-	assert.False(t, heeds)
-	require.NoError(t, lock.Release(ctx))
-	assert.Positive(t, seen.Load(), "the release did not pass through the client's hook")
-}
-
-// hookFunc is a go-redis hook that calls f before each command.
-type hookFunc func(ctx context.Context, cmd redis.Cmder)
-
-func (h hookFunc) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h hookFunc) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h(ctx, cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

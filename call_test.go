@@ -176,11 +176,7 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				stalled.p.Pause()
 				defer stalled.p.Resume()
-				// Without a deadline, so that each round trip runs apart
-				// and the cancel ends the call at once: under a deadline,
-				// the client's copy that heeds it ends a stalled round
-				// trip at the client's read timeout (docs/waiting.md).
-				cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+				cctx, cancel := context.WithCancelCause(ctx)
 				if name == "MemoryStore.Put" {
 					cancel(cause) // a MemoryStore never waits: cancelled before
 				} else {
@@ -193,7 +189,7 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 				assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, "Redis did not fail: the caller's ctx ended, for its cause")
 
 				// A plain cancel keeps saying what it says.
-				pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+				pctx, pcancel := context.WithCancel(ctx)
 				if name == "MemoryStore.Put" {
 					pcancel()
 				} else {
@@ -207,7 +203,7 @@ func TestCallsStoppedByACauseWrapIt(t *testing.T) {
 		}
 		// The Release of a stalled lock last: it ends nothing on failure.
 		stalled.p.Pause()
-		cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithCancelCause(ctx)
 		time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
 		err := held.Release(cctx)
 		stalled.p.Resume()

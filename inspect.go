@@ -48,9 +48,8 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
 	lockKey := keyFor(l.prefix, resource, "lock")
 	counterKey := keyFor(l.prefix, resource, "token")
 	deadlines := keyFor(l.prefix, resource, "deadlines")
-	rt, heeds := l.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return inspectScript.Run(ctx, rt, script.Keys(lockKey, counterKey, deadlines)).Slice()
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
+		return inspectScript.Run(ctx, l.client, script.Keys(lockKey, counterKey, deadlines)).Slice()
 	})
 	if err != nil {
 		return Info{}, redisErr(ctx, "inspect", resource, err, lockKey, counterKey, deadlines)

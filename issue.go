@@ -53,9 +53,8 @@ func (l *Locker) IssueToken(ctx context.Context, lockKey, ownerValue string) (To
 		return 0, invalidArg("empty owner value for lock key %s", names.Quote(lockKey))
 	}
 	keys := script.Keys(lockKey, counter, record)
-	rt, heeds := l.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return issueScript.Run(ctx, rt, keys, ownerValue, l.idleArg).Slice()
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]any, error) {
+		return issueScript.Run(ctx, l.client, keys, ownerValue, l.idleArg).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "issue token for lock key", lockKey, err, counter, record)
@@ -327,9 +326,8 @@ func (l *Locker) keepIssuedKeys(tick time.Duration) {
 func (l *Locker) checkIssued(batch []dueGrant) {
 	ctx, cancel := context.WithTimeout(context.Background(), issuedKeepTimeout)
 	defer cancel()
-	rt, heeds := l.clients.Get()
-	cmds, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]*redis.Cmd, error) {
-		pipe := rt.Pipeline()
+	cmds, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) ([]*redis.Cmd, error) {
+		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, g := range batch {
 			cmds[i] = keepIssuedScript.Run(ctx, pipe, g.keys, g.value, l.idleArg)
@@ -339,7 +337,7 @@ func (l *Locker) checkIssued(batch []dueGrant) {
 			err := cmds[i].Err()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				cmds[i] = keepIssuedScript.Run(ctx, rt, g.keys, g.value, l.idleArg)
+				cmds[i] = keepIssuedScript.Run(ctx, l.client, g.keys, g.value, l.idleArg)
 			case err == nil && cmds[i].Val() == nil && execErr != nil:
 				// not sent: go-redis sets the error of a pipeline that
 				// could not get a connection on none of its commands

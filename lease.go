@@ -18,7 +18,6 @@ import (
 	"github.com/fencedlock/fencedlock/internal/script"
 	"github.com/fencedlock/fencedlock/internal/wait"
 	"github.com/fencedlock/fencedlock/observe"
-	"github.com/redis/go-redis/v9"
 )
 
 // Lock is a granted lock on one resource, with the fencing token of its
@@ -644,9 +643,8 @@ func (k *Lock) certain() bool {
 
 // refresh runs the refresh script once.
 func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
-	rt, heeds := k.locker.clients.Get()
-	n, err := call.Bounded(ctx, heeds, func(ctx context.Context) (int64, error) {
-		return refreshScript.Run(ctx, rt, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
+	n, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) (int64, error) {
+		return refreshScript.Run(ctx, k.locker.client, k.keyArgs[:keyQueue], k.owner, ttl.Milliseconds(), k.locker.idleArg).Int64()
 	})
 	if err != nil {
 		return redisErr(ctx, "refresh", k.resource, err, k.keys[keyLock])
@@ -886,8 +884,7 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 		candidate = next.Owner + strconv.FormatInt(next.TTL.Milliseconds(), 10)
 		life = next.Life.Milliseconds()
 	}
-	rt, heeds := k.locker.clients.Get()
-	res, err := call.BoundedOn(ctx, heeds, releaseCall{k, rt, keys, entry, markerMS, candidate, life}, runRelease)
+	res, err := call.BoundedOn(ctx, k.locker.heeds, releaseCall{k, keys, entry, markerMS, candidate, life}, runRelease)
 	if err != nil {
 		return releaseReply{}, redisErr(ctx, "release", k.resource, err, k.keys[keyLock], k.keys[keyQueue], k.keys[keyDeadlines])
 	}
@@ -898,12 +895,10 @@ func (k *Lock) release(ctx context.Context, keys []any, entry string, markerMS a
 	return r, nil
 }
 
-// releaseCall is the client a release goes through (see
-// call.Clients.Get) and what it sends besides the Lock's owner and
+// releaseCall is what a release sends besides the Lock's owner and
 // channels (see Lock.release).
 type releaseCall struct {
 	k                                *Lock
-	rt                               redis.UniversalClient
 	keys                             []any
 	entry, markerMS, candidate, life any
 }
@@ -912,7 +907,7 @@ type releaseCall struct {
 // call.BoundedOn).
 func runRelease(ctx context.Context, r releaseCall) (any, error) {
 	k := r.k
-	return releaseScript.Run(ctx, r.rt, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Result()
+	return releaseScript.Run(ctx, k.locker.client, r.keys, k.owner, k.chanArg, r.entry, r.markerMS, k.locker.idleArg, r.candidate, r.life, k.locker.room.Publish()).Result()
 }
 
 // withdraw withdraws an acquire attempt for ms milliseconds, or a wait: it
@@ -973,9 +968,8 @@ func (k *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err := k.ended(); err != nil {
 		return 0, err
 	}
-	rt, heeds := k.locker.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return pttlScript.Run(ctx, rt, k.keyArgs[:1], k.owner).Slice()
+	res, err := call.Bounded(ctx, k.locker.heeds, func(ctx context.Context) ([]any, error) {
+		return pttlScript.Run(ctx, k.locker.client, k.keyArgs[:1], k.owner).Slice()
 	})
 	if err != nil {
 		return 0, redisErr(ctx, "ttl", k.resource, err, k.keys[keyLock])

@@ -39,10 +39,10 @@ const DefaultPrefix = "fencedlock"
 //
 // A Locker is safe for concurrent use by multiple goroutines.
 type Locker struct {
-	client  redis.UniversalClient // the client New was given
-	clients *call.Clients         // client, and its copy that heeds ctx deadlines: Get picks a round trip's
-	prefix  string
-	err     error // set by New for a configuration that cannot work
+	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
+	prefix string
+	err    error // set by New for a configuration that cannot work
 
 	replicas *replicaWait                  // set by WithReplicas
 	idle     time.Duration                 // set by WithIdleExpiry
@@ -77,23 +77,11 @@ func WithPrefix(prefix string) Option {
 // Redis behind client: a single node, a Sentinel failover client, or a
 // Cluster client.
 //
-// Every call returns by the end of its ctx. With a *redis.Client made
-// without ContextTimeoutEnabled, the Locker sends its commands through a
-// copy of client (go-redis's WithTimeout) that shares its connection pool
-// and timeouts and has ContextTimeoutEnabled set, so that a round trip
-// ends at its ctx's deadline on the caller's goroutine (a cancel before
-// the deadline is then noticed when the round trip ends); Client returns
-// client itself. The copy is made only if it keeps client's hooks (some
-// go-redis versions drop them), and used only while client has no hook
-// added after New. Otherwise each round trip under a ctx with a deadline
-// runs in a goroutine of its own, which costs time: set
-// ContextTimeoutEnabled to avoid that (see docs/waiting.md).
-//
 // New does not contact Redis. A nil client does not panic: every method of
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, clients: call.NewClients(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
+	l := &Locker{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)
@@ -313,9 +301,8 @@ func (l *Locker) advance(ctx context.Context, what, name, key string, floor Toke
 	if floor == 0 || floor > maxFloor {
 		return fmt.Errorf("%w: floor %d for %s %s is outside 1..%d", ErrInvalidToken, floor, what, names.Quote(name), uint64(maxFloor))
 	}
-	rt, heeds := l.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) (any, error) {
-		return advanceScript.Run(ctx, rt, script.Keys(key), floor.String(), l.idleArg).Result()
+	res, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (any, error) {
+		return advanceScript.Run(ctx, l.client, script.Keys(key), floor.String(), l.idleArg).Result()
 	})
 	if err != nil {
 		return redisErr(ctx, "advance", name, err, key)

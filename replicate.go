@@ -105,9 +105,8 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 // (go-redis's Conn): if it breaks, the WAIT fails rather than going out on
 // a new connection, where it would wait for nothing.
 func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) error {
-	rt, heeds := l.clients.Get()
-	_, err := call.Bounded(ctx, heeds, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.replicaAcksOnce(ctx, rt, k, ttl)
+	_, err := call.Bounded(ctx, l.heeds, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.replicaAcksOnce(ctx, k, ttl)
 	})
 	if err != nil && errors.Is(err, ctx.Err()) {
 		return redisErr(ctx, "acquire", k.resource, err)
@@ -115,12 +114,11 @@ func (l *Locker) replicaAcks(ctx context.Context, k *Lock, ttl time.Duration) er
 	return err
 }
 
-// replicaAcksOnce is replicaAcks without its bound, through rt (see
-// call.Clients.Get).
-func (l *Locker) replicaAcksOnce(ctx context.Context, rt redis.UniversalClient, k *Lock, ttl time.Duration) error {
+// replicaAcksOnce is replicaAcks without its bound.
+func (l *Locker) replicaAcksOnce(ctx context.Context, k *Lock, ttl time.Duration) error {
 	w := l.replicas
 	var node *redis.Client
-	switch c := rt.(type) {
+	switch c := l.client.(type) {
 	case *redis.Client:
 		node = c
 	case *redis.ClusterClient:
@@ -129,7 +127,7 @@ func (l *Locker) replicaAcksOnce(ctx context.Context, rt redis.UniversalClient, 
 			return fmt.Errorf("%w: acquire %s: finding the master of its slot: %w", ErrUnavailable, names.Quote(k.resource), err)
 		}
 	default: // New refused other clients
-		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", rt)
+		return invalidArg("WithReplicas needs a *redis.Client or *redis.ClusterClient, not %T", l.client)
 	}
 	conn := node.Conn()
 	defer conn.Close()

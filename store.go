@@ -163,10 +163,10 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 //
 // A RedisStore is safe for concurrent use by multiple goroutines.
 type RedisStore struct {
-	client  redis.UniversalClient
-	clients *call.Clients // client, and its copy that heeds ctx deadlines: Get picks a round trip's
-	prefix  string
-	err     error // set by NewRedisStore for a configuration that cannot work
+	client redis.UniversalClient
+	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
+	prefix string
+	err    error // set by NewRedisStore for a configuration that cannot work
 }
 
 // StoreOption configures a RedisStore in NewRedisStore. The one option is
@@ -182,13 +182,10 @@ func WithStorePrefix(prefix string) StoreOption {
 }
 
 // NewRedisStore returns a RedisStore that keeps its values in the Redis
-// behind client. It sends its commands as a Locker does (see New): through
-// a copy of a *redis.Client that heeds ctx deadlines and shares its
-// connections, when go-redis's copy keeps the client's hooks. It does not
-// contact Redis. A nil client does not panic:
+// behind client. It does not contact Redis. A nil client does not panic:
 // Put and Get return an error wrapping ErrInvalidArgument.
 func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStore {
-	s := &RedisStore{client: client, clients: call.NewClients(client), prefix: DefaultPrefix}
+	s := &RedisStore{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -235,9 +232,8 @@ func (s *RedisStore) Put(ctx context.Context, resource string, token Token, valu
 		return err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	rt, heeds := s.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return putScript.Run(ctx, rt, script.Keys(key), token.String(), value).Slice()
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
+		return putScript.Run(ctx, s.client, script.Keys(key), token.String(), value).Slice()
 	})
 	if err != nil {
 		return redisErr(ctx, "put", resource, err, key)
@@ -271,9 +267,8 @@ func (s *RedisStore) fence(ctx context.Context, resource string, token Token, re
 	if read {
 		readArg = "read"
 	}
-	rt, heeds := s.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return fenceScript.Run(ctx, rt, script.Keys(key), token.String(), readArg).Slice()
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
+		return fenceScript.Run(ctx, s.client, script.Keys(key), token.String(), readArg).Slice()
 	})
 	if err != nil {
 		return nil, false, redisErr(ctx, "fence", resource, err, key)
@@ -384,9 +379,8 @@ func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, e
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
-	rt, heeds := s.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return rt.HMGet(ctx, key, "t", "v").Result()
+	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
+		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
 	if err != nil {
 		return nil, 0, redisErr(ctx, "get", resource, err, key)

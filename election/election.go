@@ -127,10 +127,10 @@ type Election struct {
 	locker    *fencedlock.Locker
 	name      string
 	ttl       time.Duration
-	heartbeat time.Duration         // 0: a third of ttl
-	err       error                 // why the election cannot work, from New
-	client    redis.UniversalClient // the Locker's
-	clients   *call.Clients         // client, and its copy that heeds ctx deadlines: Get picks a round trip's
+	heartbeat time.Duration // 0: a third of ttl
+	err       error         // why the election cannot work, from New
+	client    redis.UniversalClient
+	heeds     bool // client ends round trips at ctx deadlines: see call.Heeds
 	lockKey   string
 	record    string
 	channel   string
@@ -169,7 +169,7 @@ func New(locker *fencedlock.Locker, name string, opts ...Option) *Election {
 	e.err = e.validate()
 	if e.err == nil {
 		e.client = locker.Client()
-		e.clients = call.NewClients(e.client)
+		e.heeds = call.Heeds(e.client)
 		e.lockKey, _ = locker.Key(name, "lock") // validate checked name
 		e.record, _ = locker.Key(name, "leader")
 		e.channel, _ = locker.Key(name, "leaders")
@@ -288,9 +288,8 @@ func (t *Term) keep() {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), e.ttl)
-			rt, heeds := e.clients.Get()
-			n, err := call.Bounded(ctx, heeds, func(ctx context.Context) (int64, error) {
-				return keepScript.Run(ctx, rt, keys, token, t.value,
+			n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
+				return keepScript.Run(ctx, e.client, keys, token, t.value,
 					recordLife.Milliseconds(), (recordLife - extendEvery).Milliseconds(), e.channel).Int64()
 			})
 			cancel()
@@ -338,9 +337,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
 	}
-	rt, heeds := e.clients.Get()
-	n, err := call.Bounded(ctx, heeds, func(ctx context.Context) (int64, error) {
-		return announceScript.Run(ctx, rt, script.Keys(e.lockKey, e.record),
+	n, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
+		return announceScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record),
 			lock.Token().String(), value, recordLife.Milliseconds(), e.channel).Int64()
 	})
 	var status announceReply
@@ -403,9 +401,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // lookup reads the leader: the lock's holder, and its value when the
 // record is the holder's (recorded).
 func (e *Election) lookup(ctx context.Context) (l Leader, recorded bool, err error) {
-	rt, heeds := e.clients.Get()
-	res, err := call.Bounded(ctx, heeds, func(ctx context.Context) ([]any, error) {
-		return leaderScript.Run(ctx, rt, script.Keys(e.lockKey, e.record)).Slice()
+	res, err := call.Bounded(ctx, e.heeds, func(ctx context.Context) ([]any, error) {
+		return leaderScript.Run(ctx, e.client, script.Keys(e.lockKey, e.record)).Slice()
 	})
 	if err != nil {
 		return Leader{}, false, fmt.Errorf("election %s: leader: %w", names.Quote(e.name), redisErr(ctx, "reading the leader", err))

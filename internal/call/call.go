@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,102 +206,6 @@ func Heeds(client any) bool {
 		return c != nil && c.Options().ContextTimeoutEnabled
 	}
 	return false
-}
-
-// Clients holds the client a Locker, a RedisStore or an Election was
-// made with, and the copy of it that heeds ctx deadlines, when one can be
-// made. Get picks the one a round trip uses.
-//
-// The copy is made for a *redis.Client that does not heed ctx deadlines
-// (see Heeds) with its WithTimeout: it shares the client's connection
-// pool (and so its connections, dialer, ACL user and limits), keeps its
-// read and write timeouts, and has ContextTimeoutEnabled set, so that a
-// round trip under a ctx with a deadline runs on the caller's goroutine.
-// It is made only when it has the client's hooks (go-redis's copies keep
-// them in some versions, not in others: a copy without the client's
-// tracing or metrics would hide commands), and used only while the client
-// has no hooks but those (a hook added later is not in the copy). Any
-// other client (one that heeds already, a nil one, a *redis.ClusterClient
-// or *redis.Ring, whose copies would not share their connections) is
-// used as it is.
-//
-// A round trip through the copy that meets ctx's deadline fails there, and
-// go-redis closes its connection rather than reading the late reply; a
-// round trip run apart (Bounded with a client that does not heed) would
-// keep reading it in the background, up to the client's read timeout.
-type Clients struct {
-	given  redis.UniversalClient
-	heeds  bool          // given heeds ctx deadlines
-	node   *redis.Client // given, when copied is its copy
-	copied *redis.Client // nil: none
-	hooks  int           // node's hooks when copied was made
-}
-
-// NewClients returns the Clients of client.
-func NewClients(client redis.UniversalClient) *Clients {
-	cs := &Clients{given: client, heeds: Heeds(client)}
-	c, ok := client.(*redis.Client)
-	if !ok || c == nil || cs.heeds {
-		return cs
-	}
-	hooks, known := hookCount(c)
-	if !known {
-		return cs
-	}
-	opt := c.Options()
-	copied := c.WithTimeout(opt.ReadTimeout)
-	if n, _ := hookCount(copied); n != hooks {
-		return cs
-	}
-	o := copied.Options() // the copy's own: WithTimeout cloned them
-	o.WriteTimeout = opt.WriteTimeout
-	o.ContextTimeoutEnabled = true
-	cs.node, cs.copied, cs.hooks = c, copied, hooks
-	return cs
-}
-
-// Given returns the client NewClients was given.
-func (cs *Clients) Given() redis.UniversalClient { return cs.given }
-
-// Get returns the client a round trip uses, and whether it heeds ctx
-// deadlines (Bounded's heeds): the copy while the client has the hooks
-// it had when the copy was made, the client itself otherwise.
-func (cs *Clients) Get() (redis.UniversalClient, bool) {
-	if cs.copied != nil {
-		if n, _ := hookCount(cs.node); n == cs.hooks {
-			return cs.copied, true
-		}
-	}
-	return cs.given, cs.heeds
-}
-
-// hookSlice is the index path, in a redis.Client, of the slice of hooks
-// added to it: go-redis keeps them in an unexported field, of Client or
-// of its baseClient by version, which reflect can measure but not read.
-// Nil when it cannot be found.
-var hookSlice = func() []int {
-	mixin, ok := reflect.TypeOf(redis.Client{}).FieldByName("hooksMixin")
-	if !ok || mixin.Type.Kind() != reflect.Struct {
-		return nil
-	}
-	slice, ok := mixin.Type.FieldByName("slice")
-	if !ok || slice.Type.Kind() != reflect.Slice || len(slice.Index) != 1 {
-		return nil
-	}
-	return append(mixin.Index[:len(mixin.Index):len(mixin.Index)], slice.Index[0])
-}()
-
-// hookCount returns the number of hooks added to c, and whether it could
-// tell.
-func hookCount(c *redis.Client) (n int, known bool) {
-	if hookSlice == nil || c == nil {
-		return 0, false
-	}
-	f, err := reflect.ValueOf(c).Elem().FieldByIndexErr(hookSlice)
-	if err != nil {
-		return 0, false
-	}
-	return f.Len(), true
 }
 
 // NotSentError is Bounded's error when ctx had ended before anything was
