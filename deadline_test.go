@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,11 +20,19 @@ import (
 // go-redis client as well.
 
 // clientKinds are the go-redis clients the deadline tests run with: the
-// default, which does not heed ctx deadlines, and one that does.
+// default, which does not heed ctx deadlines; one that does; and one made
+// with ContextTimeoutEnabled whose timeouts of -2 tell go-redis to set no
+// deadline on its connections at all, which then heeds none.
 var clientKinds = []struct {
-	name    string
-	timeout bool
-}{{"default client", false}, {"ContextTimeoutEnabled", true}}
+	name string
+	opt  func(*redis.Options)
+}{
+	{"default client", func(*redis.Options) {}},
+	{"ContextTimeoutEnabled", func(o *redis.Options) { o.ContextTimeoutEnabled = true }},
+	{"ContextTimeoutEnabled, no connection deadlines", func(o *redis.Options) {
+		o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout = true, -2, -2
+	}},
+}
 
 // Every call that takes a ctx returns within its deadline on a Redis that
 // stops answering, with the default go-redis client too.
@@ -32,7 +41,7 @@ func TestCallsKeepTheirDeadlineOnAStalledRedis(t *testing.T) {
 	for _, kind := range clientKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			s := newStalledRedis(t, b, kind.timeout)
+			s := newStalledRedisWith(t, b, kind.opt)
 			held := mustTryAcquire(t, ctx, s.l, "held", longTTL)
 			require.NoError(t, held.Refresh(ctx, longTTL))
 			_, err := held.TTL(ctx)
@@ -129,7 +138,7 @@ func TestWaitersKeepTheirDeadlinesOnAStalledRedis(t *testing.T) {
 		for _, n := range []int{1, 3, 12} {
 			t.Run(fmt.Sprintf("%s/%d waiters", kind.name, n), func(t *testing.T) {
 				ctx := testCtx(t)
-				s := newStalledRedis(t, b, kind.timeout)
+				s := newStalledRedisWith(t, b, kind.opt)
 				const d = 400 * time.Millisecond
 				var holders []*fencedlock.Lock
 				for i := 0; i < min(n, 6); i++ {

@@ -57,8 +57,17 @@ type stalledRedis struct {
 
 func newStalledRedis(t *testing.T, b *redistest.Backend, ctxTimeout bool) *stalledRedis {
 	t.Helper()
+	return newStalledRedisWith(t, b, func(o *redis.Options) { o.ContextTimeoutEnabled = ctxTimeout })
+}
+
+// newStalledRedisWith is newStalledRedis with the client's options set
+// by opt.
+func newStalledRedisWith(t *testing.T, b *redistest.Backend, opt func(*redis.Options)) *stalledRedis {
+	t.Helper()
 	p := redistest.NewProxy(t, b.Client.Options().Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: ctxTimeout})
+	o := &redis.Options{Addr: p.Addr()}
+	opt(o)
+	c := redis.NewClient(o)
 	t.Cleanup(func() {
 		p.Resume()
 		c.Close()
@@ -254,7 +263,17 @@ func returnsWithin(t *testing.T, what string, d time.Duration, call func(ctx con
 	defer cancel()
 	late := timerLateness(d)
 	start := time.Now()
-	err := call(ctx)
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(d + 10*time.Second):
+		// A call that blocks for good fails here, not at the test's
+		// timeout; it is left to run.
+		t.Errorf("%s had not returned 10s after its deadline of %v", what, d)
+		return time.Since(start)
+	}
 	took := time.Since(start)
 	lateness := late()
 	t.Logf("%s with a %v deadline returned after %v (timers ran %v late): %v", what, d, took.Round(time.Millisecond), lateness.Round(time.Millisecond), err)

@@ -192,20 +192,31 @@ func jobPool[A, T any]() *sync.Pool {
 // Heeds reports whether client ends every round trip at its ctx's
 // deadline by itself: a *redis.Client (a Sentinel failover client is
 // one), *redis.ClusterClient or *redis.Ring made with
-// ContextTimeoutEnabled. go-redis then bounds each read and write by the
-// earlier of its own timeout and ctx's deadline, and its waits for a
-// connection and between retries by ctx. For any other client, Heeds
-// says false.
+// ContextTimeoutEnabled, and with read and write timeouts that are not
+// negative. go-redis then bounds each read and write by the earlier of
+// its own timeout and ctx's deadline, and its waits for a connection and
+// between retries by ctx. A negative timeout (-2 in the options) tells
+// go-redis to set no deadline on its connections at all, ctx's neither.
+// For any other client, Heeds says false.
 func Heeds(client any) bool {
 	switch c := client.(type) {
 	case *redis.Client:
-		return c != nil && c.Options().ContextTimeoutEnabled
+		return c != nil && heeding(c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout, c.Options().WriteTimeout)
 	case *redis.ClusterClient:
-		return c != nil && c.Options().ContextTimeoutEnabled
+		return c != nil && heeding(c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout, c.Options().WriteTimeout)
 	case *redis.Ring:
-		return c != nil && c.Options().ContextTimeoutEnabled
+		return c != nil && heeding(c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout, c.Options().WriteTimeout)
 	}
 	return false
+}
+
+// heeding is Heeds for a client's options, as go-redis keeps them once
+// the client is made: a timeout of -1 given in the options is 0 there (no
+// timeout of its own, ctx's deadline still set), and -2 a negative one
+// (no deadline set at all; a Cluster or Ring client keeps -2 for its
+// nodes, which make it -1).
+func heeding(enabled bool, read, write time.Duration) bool {
+	return enabled && read >= 0 && write >= 0
 }
 
 // NotSentError is Bounded's error when ctx had ended before anything was

@@ -273,7 +273,8 @@ func (errTimeout) Error() string   { return "i/o timeout" }
 func (errTimeout) Timeout() bool   { return true }
 func (errTimeout) Temporary() bool { return true }
 
-// Heeds is true only for go-redis clients made with ContextTimeoutEnabled.
+// Heeds is true only for go-redis clients made with ContextTimeoutEnabled
+// that set deadlines on their connections.
 func TestHeeds(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -287,6 +288,13 @@ func TestHeeds(t *testing.T) {
 		{"cluster heeding", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
 		{"ring heeding", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
 		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+		{"client heeding, no read deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"client heeding, no write deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+		{"client heeding, no timeouts of its own", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), true},
+		{"failover heeding, no read deadlines", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"cluster heeding, no read deadlines", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"cluster heeding, no write deadlines", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+		{"ring heeding, no read deadlines", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
 		{"nil client", (*redis.Client)(nil), false},
 		{"nil", nil, false},
 		{"other", struct{}{}, false},
