@@ -213,10 +213,12 @@ func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	start := readHost()
 	rows, err := b.runRounds(ctx)
 	if err != nil {
 		return err
 	}
+	h.host = describeHost(start, readHost())
 	writeReport(stdout, h, rows, cfg.markdown, cfg.verbose)
 	return nil
 }
@@ -348,6 +350,7 @@ type header struct {
 	allocs  string
 	machine string
 	run     string
+	host    string      // when it ran, and the host's steal time meanwhile
 	libs    [][2]string // name and version, configuration
 }
 
@@ -417,14 +420,14 @@ func (h header) write(w io.Writer, markdown bool) {
 	if markdown {
 		fmt.Fprintln(w, "Redis lock libraries compared:")
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "- Redis: %s\n- Redis CPU: %s\n- Allocations: %s\n- Machine: %s\n- Run: %s\n", h.redis, h.cpu, h.allocs, h.machine, h.run)
+		fmt.Fprintf(w, "- Redis: %s\n- Redis CPU: %s\n- Allocations: %s\n- Machine: %s\n- Run: %s\n- Host: %s\n", h.redis, h.cpu, h.allocs, h.machine, h.run, h.host)
 		for _, l := range h.libs {
 			fmt.Fprintf(w, "- **%s**: %s\n", l[0], l[1])
 		}
 		return
 	}
 	fmt.Fprintln(w, "Redis lock libraries compared")
-	fmt.Fprintf(w, "redis:   %s\ncpu:     %s\nallocs:  %s\nmachine: %s\nrun:     %s\nlibraries:\n", h.redis, h.cpu, h.allocs, h.machine, h.run)
+	fmt.Fprintf(w, "redis:   %s\ncpu:     %s\nallocs:  %s\nmachine: %s\nrun:     %s\nhost:    %s\nlibraries:\n", h.redis, h.cpu, h.allocs, h.machine, h.run, h.host)
 	for _, l := range h.libs {
 		fmt.Fprintf(w, "  %s: %s\n", l[0], l[1])
 	}
