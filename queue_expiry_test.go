@@ -108,12 +108,17 @@ func TestQueueKeysLiveAsLongAsTheirPlaces(t *testing.T) {
 			assert.GreaterOrEqual(t, pttl, st.longest-time.Millisecond, "key %d of the queue expires before the place", k)
 			assert.LessOrEqual(t, pttl, 2*ttl, "key %d of the queue lives longer than twice the place's life", k)
 		}
+		assert.InDelta(t, st.pttl[0], st.pttl[1], float64(time.Millisecond), "the queue's keys expire apart")
 		time.Sleep(ttl / 6)
 	}
-	calls := commandCalls(t, admin, "pexpire", "hset")
-	t.Logf("%d renewals of the place (HSET), %d PEXPIRE", calls[1], calls[0])
+	calls := commandCalls(t, admin, "pexpire", "hset", "pttl")
+	t.Logf("%d renewals of the place (HSET), %d PEXPIRE, %d PTTL", calls[1], calls[0], calls[2])
 	require.Greater(t, calls[1], 2, "the waiter did not renew its place")
 	assert.Less(t, calls[0], 2*calls[1], "the queue's keys were extended at every renewal (two PEXPIREs each)")
+	// Each renewal is a refused attempt, which reads the lock's PTTL and
+	// the order's (and the snapshots read two each): the deadlines' is
+	// not read.
+	assert.LessOrEqual(t, calls[2], 2*calls[1]+2*12, "a renewal read more than the lock's and the order's expiry")
 
 	// A long-lived place and a short one that renews: the keys outlive
 	// the long one all the while.

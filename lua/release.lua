@@ -403,15 +403,20 @@ end
 -- Puts entry at the back of the queue, or leaves it where it is, and sets
 -- its deadline life milliseconds from now. The queue's keys live at least
 -- as long as their longest-lived entry, and at most twice the longest
--- life enqueued: a key with less than life left gets twice life, so that
--- most enqueues only read the two expiries.
+-- life enqueued: when the order has less than life left, both keys get
+-- twice life, so that most enqueues only read one expiry. Both keys are
+-- given their expiry together, and hold the same entries (dequeue removes
+-- an entry from both), so they are made and emptied together and the
+-- order's expiry is the deadlines' too. Should the two part all the same
+-- (a key deleted by hand), the deadlines keep their expiry, or none, only
+-- until the order's runs low, and then get the order's again.
 local function enqueue(queue, deadlines, entry, life)
   redis.call('ZADD', queue, 'NX', clock_seed(), entry)
   redis.call('HSET', deadlines, entry, now_ms() + life)
-  for _, k in ipairs({queue, deadlines}) do
-    if redis.call('PTTL', k) < life then
-      redis.call('PEXPIRE', k, string.format('%d', 2 * life))
-    end
+  if redis.call('PTTL', queue) < life then
+    local px = string.format('%d', 2 * life)
+    redis.call('PEXPIRE', queue, px)
+    redis.call('PEXPIRE', deadlines, px)
   end
 end
 
