@@ -1,0 +1,161 @@
+package fencedlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// BenchmarkReleaseHandOver measures the one script that a contended
+// acquisition across processes costs Redis: a release that hands the lock
+// to the first waiter queued in Redis, another Locker's, and publishes the
+// grant to it. Each iteration puts the resource's keys in that state (one
+// pipeline of plain commands), then runs the script.
+//
+//   - back-to-back: the iterations follow each other at once.
+//   - idle-1ms: each script runs 1 ms after the pipeline, as in a contended
+//     run, whose holds of 1 ms leave Redis idle between hand-overs: the
+//     script then runs in cold caches.
+//   - +candidate: the releasing Locker has a waiter of its own, which
+//     takes its place at the back of the queue (the usual hand-over with
+//     two or more waiters in each process).
+//
+// It reports script-µs/op, the script's own time in Redis (INFO
+// commandstats: EVALSHA's usec, inner commands included, per script),
+// inner-µs/op, what Redis counted for the commands the script ran (the
+// pipeline sends others), and inner-calls/op, how many it ran: the rest
+// of script-µs/op is the scripting itself, the Lua code and each call's
+// way in and out.
+func BenchmarkReleaseHandOver(b *testing.B) {
+	for _, idle := range []time.Duration{0, time.Millisecond} {
+		for _, candidate := range []bool{false, true} {
+			name := "back-to-back"
+			if idle > 0 {
+				name = "idle-" + idle.String()
+			}
+			if candidate {
+				name += "+candidate"
+			}
+			b.Run(name, func(b *testing.B) { benchReleaseHandOver(b, idle, candidate) })
+		}
+	}
+}
+
+func benchReleaseHandOver(b *testing.B, idle time.Duration, withCandidate bool) {
+	be := redistest.Real(b)
+	ctx := context.Background()
+	c := be.Client
+	tag := be.Prefix + ":{handover}:"
+	keys := []string{tag + "lock", tag + "token", tag + "queue", tag + "deadlines"}
+	const (
+		owner = "aaaaaaaaaaaaaaaa1111111111111111:" // the releasing Locker's holder
+		other = "bbbbbbbbbbbbbbbb2222222222222222:" // another Locker's waiter
+		ttl   = "10000"
+	)
+	candidate, life := "", ""
+	if withCandidate {
+		keys = append(keys, tag+markerKind+"aaaaaaaaaaaaaaaa3333333333333333")
+		candidate, life = "aaaaaaaaaaaaaaaa3333333333333333:"+ttl, "3000"
+	}
+	idleArg := New(c).idleArg
+	keyArgs := make([]any, len(keys))
+	for i, k := range keys {
+		keyArgs[i] = k
+	}
+	run := func() {
+		now := time.Now()
+		// commands the script does not run, so that commandstats tells
+		// the two apart
+		p := c.Pipeline()
+		p.Del(ctx, keys[2], keys[3])
+		p.Do(ctx, "PSETEX", keys[0], 10000, owner+"1")
+		p.ZIncrBy(ctx, keys[2], float64(now.UnixMicro()), other+ttl)
+		p.HIncrBy(ctx, keys[3], other+ttl, now.UnixMilli()+60000)
+		p.PExpireAt(ctx, keys[2], now.Add(time.Minute))
+		p.PExpireAt(ctx, keys[3], now.Add(time.Minute))
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if idle > 0 {
+			time.Sleep(idle)
+		}
+		reply, err := releaseScript.Run(ctx, c, keyArgs, owner, tag+"grants:", "", "", idleArg, candidate, life, "").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := decodeRelease(reply)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !r.held || r.owner != other || r.told != releasePublished || r.queued != withCandidate {
+			b.Fatalf("not the hand-over measured: %+v", r)
+		}
+	}
+	run() // loads the script
+	inner := []string{"get", "exists", "zrange", "hget", "time", "set", "zrem", "hdel", "spublish", "publish", "zadd", "hset", "pttl", "pexpire"}
+	before := commandUsec(b, c, append(inner, "evalsha"))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	b.StopTimer()
+	after := commandUsec(b, c, append(inner, "evalsha"))
+	n := float64(b.N)
+	script := after["evalsha"].usec - before["evalsha"].usec
+	if calls := after["evalsha"].calls - before["evalsha"].calls; calls != n {
+		b.Fatalf("%v EVALSHA for %v scripts", calls, n)
+	}
+	var innerCalls, innerUsec float64
+	for _, cmd := range inner {
+		innerCalls += after[cmd].calls - before[cmd].calls
+		innerUsec += after[cmd].usec - before[cmd].usec
+	}
+	b.ReportMetric(script/n, "script-µs/op")
+	b.ReportMetric(innerUsec/n, "inner-µs/op")
+	b.ReportMetric(innerCalls/n, "inner-calls/op")
+}
+
+// commandStat is one command's line of INFO commandstats.
+type commandStat struct{ calls, usec float64 }
+
+// commandUsec returns the calls and usec that INFO commandstats gives for
+// each of cmds (zero for a command never run).
+func commandUsec(b *testing.B, c *redis.Client, cmds []string) map[string]commandStat {
+	b.Helper()
+	info, err := redistest.Info(context.Background(), c, "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	stats := map[string]commandStat{}
+	for _, cmd := range cmds {
+		line, ok := info["cmdstat_"+cmd]
+		if !ok {
+			continue
+		}
+		var st commandStat
+		for _, field := range strings.Split(line, ",") {
+			name, value, _ := strings.Cut(field, "=")
+			v, err := strconv.ParseFloat(value, 64)
+			switch name {
+			case "calls":
+				st.calls = v
+			case "usec":
+				st.usec = v
+			default:
+				continue
+			}
+			if err != nil {
+				b.Fatal(fmt.Errorf("INFO commandstats %s: %q", cmd, line))
+			}
+		}
+		stats[cmd] = st
+	}
+	return stats
+}
