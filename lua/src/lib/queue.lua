@@ -34,19 +34,22 @@ end
 -- its deadline life milliseconds from now. The queue's keys live at least
 -- as long as their longest-lived entry, and at most twice the longest
 -- life enqueued: when the order has less than life left, both keys get
--- twice life, so that most enqueues only read one expiry. Both keys are
--- given their expiry together, and hold the same entries (dequeue removes
--- an entry from both), so they are made and emptied together and the
--- order's expiry is the deadlines' too. Should the two part all the same
--- (a key deleted by hand), the deadlines keep their expiry, or none, only
--- until the order's runs low, and then get the order's again.
+-- twice life. The two are given the same expiry and hold the same
+-- entries, so they are made and emptied together, and a renewal (its
+-- entry already in both) reads only the order's expiry. A new deadline
+-- may have made the deadlines' key afresh (should it have been deleted
+-- or evicted alone), so then its expiry is read too, and brought up to
+-- the order's: neither key is ever left without one.
 local function enqueue(queue, deadlines, entry, life)
   redis.call('ZADD', queue, 'NX', clock_seed(), entry)
-  redis.call('HSET', deadlines, entry, now_ms() + life)
-  if redis.call('PTTL', queue) < life then
+  local added = redis.call('HSET', deadlines, entry, now_ms() + life)
+  local left = redis.call('PTTL', queue)
+  if left < life then
     local px = string.format('%d', 2 * life)
     redis.call('PEXPIRE', queue, px)
     redis.call('PEXPIRE', deadlines, px)
+  elseif added == 1 and redis.call('PTTL', deadlines) < left then
+    redis.call('PEXPIRE', deadlines, string.format('%d', left))
   end
 end
 
