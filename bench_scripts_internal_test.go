@@ -2,9 +2,6 @@ package fencedlock
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -104,68 +101,39 @@ func benchReleaseHandOver(b *testing.B, idle time.Duration, withCandidate bool) 
 		}
 	}
 	run() // loads the script
-	before := commandUsec(b, c)
+	before := commandStats(b, c)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		run()
 	}
 	b.StopTimer()
-	after := commandUsec(b, c)
+	after := commandStats(b, c)
 	n := float64(b.N)
-	script := after["evalsha"].usec - before["evalsha"].usec
-	if calls := after["evalsha"].calls - before["evalsha"].calls; calls != n {
-		b.Fatalf("%v EVALSHA for %v scripts", calls, n)
+	script := float64(after["evalsha"].Usec - before["evalsha"].Usec)
+	if calls := after["evalsha"].Calls - before["evalsha"].Calls; calls != int64(b.N) {
+		b.Fatalf("%d EVALSHA for %d scripts", calls, b.N)
 	}
 	// Every other command but the pipeline's and INFO ran in the script.
-	var innerCalls, innerUsec float64
+	var innerCalls, innerUsec int64
 	for cmd, st := range after {
 		switch cmd {
 		case "evalsha", "del", "psetex", "zincrby", "hincrby", "pexpireat", "info":
 			continue
 		}
-		innerCalls += st.calls - before[cmd].calls
-		innerUsec += st.usec - before[cmd].usec
+		innerCalls += st.Calls - before[cmd].Calls
+		innerUsec += st.Usec - before[cmd].Usec
 	}
 	b.ReportMetric(script/n, "script-µs/op")
-	b.ReportMetric(innerUsec/n, "inner-µs/op")
-	b.ReportMetric(innerCalls/n, "inner-calls/op")
+	b.ReportMetric(float64(innerUsec)/n, "inner-µs/op")
+	b.ReportMetric(float64(innerCalls)/n, "inner-calls/op")
 }
 
-// commandStat is one command's line of INFO commandstats.
-type commandStat struct{ calls, usec float64 }
-
-// commandUsec returns the calls and usec that INFO commandstats gives for
-// each command that the server has run, by its name ("get",
-// "config|resetstat").
-func commandUsec(b *testing.B, c *redis.Client) map[string]commandStat {
+// commandStats returns INFO commandstats of the server behind c.
+func commandStats(b *testing.B, c *redis.Client) map[string]redistest.CommandStat {
 	b.Helper()
-	info, err := redistest.Info(context.Background(), c, "commandstats")
+	stats, err := redistest.CommandStats(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
-	}
-	stats := map[string]commandStat{}
-	for name, line := range info {
-		cmd, ok := strings.CutPrefix(name, "cmdstat_")
-		if !ok {
-			continue
-		}
-		var st commandStat
-		for _, field := range strings.Split(line, ",") {
-			key, value, _ := strings.Cut(field, "=")
-			if key != "calls" && key != "usec" {
-				continue
-			}
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				b.Fatal(fmt.Errorf("INFO commandstats %s: %q", cmd, line))
-			}
-			if key == "calls" {
-				st.calls = v
-			} else {
-				st.usec = v
-			}
-		}
-		stats[cmd] = st
 	}
 	return stats
 }

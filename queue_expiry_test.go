@@ -3,7 +3,6 @@ package fencedlock_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,15 +53,11 @@ func snapshotQueue(t *testing.T, c *redis.Client, queue, deadlines string) queue
 // of cmds (INFO commandstats: those scripts run count too).
 func commandCalls(t *testing.T, c *redis.Client, cmds ...string) []int {
 	t.Helper()
-	stats, err := redistest.Info(context.Background(), c, "commandstats")
+	stats, err := redistest.CommandStats(context.Background(), c)
 	require.NoError(t, err)
 	counts := make([]int, len(cmds))
 	for i, cmd := range cmds {
-		// "calls=N,usec=...", absent for a command never run
-		if calls, ok := strings.CutPrefix(stats["cmdstat_"+cmd], "calls="); ok {
-			counts[i], err = strconv.Atoi(calls[:strings.IndexByte(calls+",", ',')])
-			require.NoError(t, err)
-		}
+		counts[i] = int(stats[cmd].Calls) // absent for a command never run: 0
 	}
 	return counts
 }

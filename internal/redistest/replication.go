@@ -25,6 +25,46 @@ func Info(ctx context.Context, c *redis.Client, section string) (map[string]stri
 	return fields, nil
 }
 
+// CommandStat is one command's line of INFO commandstats: how many
+// times the server ran it (those a script ran count too), and the
+// microseconds it took in all.
+type CommandStat struct{ Calls, Usec int64 }
+
+// CommandStats returns INFO commandstats of the server behind c, by
+// command name as Redis gives it ("get", "config|resetstat"); a command
+// never run is absent.
+func CommandStats(ctx context.Context, c *redis.Client) (map[string]CommandStat, error) {
+	info, err := Info(ctx, c, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]CommandStat{}
+	for name, line := range info {
+		cmd, ok := strings.CutPrefix(name, "cmdstat_")
+		if !ok {
+			continue
+		}
+		var st CommandStat
+		for _, field := range strings.Split(line, ",") {
+			key, value, _ := strings.Cut(field, "=")
+			var to *int64
+			switch key {
+			case "calls":
+				to = &st.Calls
+			case "usec":
+				to = &st.Usec
+			default:
+				continue
+			}
+			if *to, err = strconv.ParseInt(value, 10, 64); err != nil {
+				return nil, fmt.Errorf("INFO commandstats %s: %q: %w", cmd, line, err)
+			}
+		}
+		stats[cmd] = st
+	}
+	return stats, nil
+}
+
 // WaitInSync waits until replica's link to master is up and replica has
 // applied everything master had sent when the wait began (clients may go
 // on writing meanwhile), or until ctx ends; then it returns an error
