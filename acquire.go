@@ -67,10 +67,12 @@ func WithCall(c observe.Call) AcquireOption {
 // asDo is Do's option for its acquire: its events name Do as the call.
 var asDo AcquireOption = func(cfg *acquireConfig) { cfg.call = observe.CallDo }
 
-// Default bounds of the fallback wait of Acquire (see WithRetryDelay).
+// Default bounds of the fallback wait of Acquire (see WithRetryDelay), and
+// the least minDelay it takes: a smaller one is raised to it.
 const (
 	defaultMinRetryDelay = 2 * time.Millisecond
 	defaultMaxRetryDelay = time.Second
+	leastRetryDelay      = time.Millisecond
 )
 
 // WithRetryDelay bounds Acquire's fallback wait. A waiter is woken by the
@@ -127,7 +129,7 @@ func (l *Locker) acquire(ctx context.Context, resource string, ttl time.Duration
 	if err != nil {
 		return nil, err
 	}
-	cfg.minDelay = max(cfg.minDelay, time.Millisecond)
+	cfg.minDelay = max(cfg.minDelay, leastRetryDelay)
 	cfg.maxDelay = max(cfg.maxDelay, cfg.minDelay)
 	interval := time.Duration(0)
 	if cfg.beat {
