@@ -37,6 +37,7 @@ func TestDocsFiguresFollowTheCode(t *testing.T) {
 		{"docs/waiting.md", fmt.Sprintf("The defaults are %s and %s.", docMS(defaultMinRetryDelay), docMS(defaultMaxRetryDelay))},
 		{"docs/waiting.md", fmt.Sprintf("A `minDelay` below %s is raised to %[1]s", docMS(leastRetryDelay))},
 		{"docs/waiting.md", fmt.Sprintf("(at least a third of %s)", docMS(leastPlace))},
+		{"docs/waiting.md", fmt.Sprintf("a third of the lock's TTL or of %s, whichever is longer, kept between the retry delay's bounds", docMS(leastPlace))},
 		{"docs/waiting.md", fmt.Sprintf("such periods (at least %s)", docMS(leastPlace))},
 		{"docs/waiting.md", fmt.Sprintf("three renewal periods, %s with the default delays", docWords(longestPlace))},
 		{"docs/waiting.md", fmt.Sprintf("bounded to %s (leaving the queue: %[1]s more than the waiter's place lasts), at most %d at a time per `Locker`",

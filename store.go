@@ -100,7 +100,7 @@ func (s *MemoryStore) Put(ctx context.Context, resource string, token Token, val
 }
 
 // Fence implements Store. With a ctx already done it returns ctx.Err()
-// and changes nothing.
+// (with context.Cause(ctx) when the cause says more) and changes nothing.
 func (s *MemoryStore) Fence(ctx context.Context, resource string, token Token) error {
 	_, _, err := s.fence(ctx, resource, token, false)
 	return err
@@ -135,7 +135,8 @@ func (s *MemoryStore) fence(ctx context.Context, resource string, token Token, r
 }
 
 // Get implements Store. It returns a copy of the value. With a ctx already
-// done it returns ctx.Err().
+// done it returns ctx.Err() (with context.Cause(ctx) when the cause says
+// more).
 func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
 	if err := checkName(resource); err != nil {
 		return nil, 0, err
