@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/wait"
 )
@@ -33,6 +35,13 @@ func TestDocsFiguresFollowTheCode(t *testing.T) {
 		t.Fatalf("a place of a 1m TTL with small delays lasts %v; the docs say the TTL", life)
 	}
 
+	// The span of a refused attempt's look for dead places, a constant of
+	// the scripts'.
+	lua, err := os.ReadFile("lua/src/lib/prune.lua")
+	require.NoError(t, err)
+	span := regexp.MustCompile(`(?m)^local prune_span = (\d+)$`).FindStringSubmatch(string(lua))
+	require.NotNil(t, span, "lua/src/lib/prune.lua sets no prune_span")
+
 	for _, c := range []struct{ file, phrase string }{
 		{"docs/waiting.md", fmt.Sprintf("The defaults are %s and %s.", docMS(defaultMinRetryDelay), docMS(defaultMaxRetryDelay))},
 		{"docs/waiting.md", fmt.Sprintf("A `minDelay` below %s is raised to %[1]s", docMS(leastRetryDelay))},
@@ -42,6 +51,7 @@ func TestDocsFiguresFollowTheCode(t *testing.T) {
 		{"docs/waiting.md", fmt.Sprintf("three renewal periods, %s with the default delays", docWords(longestPlace))},
 		{"docs/waiting.md", fmt.Sprintf("bounded to %s (leaving the queue: %[1]s more than the waiter's place lasts), at most %d at a time per `Locker`",
 			docWords(call.Timeout), call.MaxRunning)},
+		{"docs/waiting.md", fmt.Sprintf("each refused attempt of a waiter still alive removes the dead among the first %s places", span[1])},
 		{"docs/waiting.md", fmt.Sprintf("The marker lasts the attempt's TTL plus %s", docWords(abandonMarkerTTL))},
 		{"docs/redis.md", fmt.Sprintf("kept between three times the retry delay's bounds (%s and %s by default), and at least %s",
 			docMS(3*defaultMinRetryDelay), docMS(longestPlace), docMS(leastPlace))},

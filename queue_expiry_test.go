@@ -2,6 +2,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -163,37 +164,109 @@ func TestQueueKeysLiveAsLongAsTheirPlaces(t *testing.T) {
 	require.NoError(t, mixedHolder.Release(ctx))
 }
 
-// The queue's deadlines deleted alone (by hand, or evicted) while waiters
-// queue: the next new place, which makes the key afresh, gives it the
-// order's expiry, so that it does not outlive the queue without one.
+// The queue's deadlines deleted alone (by hand, or evicted) while a
+// waiter queues: its next attempt, which makes the key afresh, gives it
+// the order's expiry, so that it does not outlive the queue without one.
+// (Another waiter's attempt would find the place without a deadline dead,
+// and remove it: the waiter's own attempt is the one that makes the
+// deadlines again with the order still there.)
 func TestQueueDeadlinesDeletedAloneGetTheOrdersExpiry(t *testing.T) {
 	be := redistest.Real(t)
 	ctx := testCtx(t)
 	admin := be.Client
-	holder, first, second := newLocker(be), newLocker(be), newLocker(be)
+	holder, waiter := newLocker(be), newLocker(be)
 	const res = "deadlines-deleted"
 	lock := mustTryAcquire(t, ctx, holder, res, longTTL)
 	queue, deadlines := queueKeys(holder, res)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A longer place: the order lives about 6s (twice a place of 3s).
-	firstDone := acquireAsync(wctx, first, res, 10*time.Second)
-	waitUntil(t, func() bool { return admin.ZCard(ctx, queue).Val() == 1 }, "the first waiter to queue")
+	// A place of 1.5 s, renewed every 0.5 s: the order lives 3 s from
+	// each renewal that finds it with less than 1.5 s left, so every
+	// renewal in between finds it with more than the place's life.
+	done := acquireAsync(wctx, waiter, res, 1500*time.Millisecond)
+	waitUntil(t, func() bool { return admin.ZCard(ctx, queue).Val() == 1 }, "the waiter to queue")
 	require.NoError(t, admin.Del(ctx, deadlines).Err())
-	// A place of 1s joins: its deadline makes the key again, and the
-	// order has more than its life left.
-	secondDone := acquireAsync(wctx, second, res, time.Second)
-	waitUntil(t, func() bool { return admin.HLen(ctx, deadlines).Val() >= 1 }, "the second waiter to queue")
+	waitUntil(t, func() bool { return admin.HLen(ctx, deadlines).Val() == 1 }, "the waiter's next attempt")
 	st := snapshotQueue(t, admin, queue, deadlines)
-	assert.Greater(t, st.pttl[0], 2*time.Second, "the order's expiry was set by the second waiter")
+	assert.Equal(t, int64(1), admin.ZCard(ctx, queue).Val(), "the waiter's place")
 	assert.Positive(t, st.pttl[1], "the deadlines made again have no expiry")
 	assert.InDelta(t, st.pttl[0], st.pttl[1], float64(3*time.Millisecond), "the deadlines do not expire with the order")
 
 	cancel()
-	for _, ch := range []<-chan acquireResult{firstDone, secondDone} {
-		if r := <-ch; r.err == nil {
-			require.NoError(t, r.lock.Release(ctx))
-		}
+	if r := <-done; r.err == nil {
+		require.NoError(t, r.lock.Release(ctx))
 	}
 	require.NoError(t, lock.Release(ctx))
+}
+
+// Waiters whose processes died leave their places in the queue. While
+// the lock stays held no release walks the queue, so the refused attempts
+// of the waiters still alive remove the dead: those ahead of them and
+// those behind, a few each attempt, and never a live one.
+func TestQueueDeadPlacesGoWhileTheLockIsHeld(t *testing.T) {
+	be := redistest.Real(t)
+	ctx := testCtx(t)
+	admin := be.Client
+	holder, waiter := newLocker(be), newLocker(be)
+	const res = "dead-places"
+	lock := mustTryAcquire(t, ctx, holder, res, longTTL)
+	queue, deadlines := queueKeys(holder, res)
+	// 20 places of waiters long dead, 10 ahead of the live waiter to come
+	// and 10 behind it (arrivals are server microseconds: 1 is the
+	// earliest, 1<<52 later than any), and one entry that is no entry.
+	var dead []string
+	for i := 0; i < 20; i++ {
+		entry := fmt.Sprintf("%032x:1000", i+1)
+		score := float64(i + 1)
+		if i >= 10 {
+			score = float64(1<<52 + i)
+		}
+		require.NoError(t, admin.ZAdd(ctx, queue, redis.Z{Score: score, Member: entry}).Err())
+		require.NoError(t, admin.HSet(ctx, deadlines, entry, 1).Err())
+		dead = append(dead, entry)
+	}
+	require.NoError(t, admin.ZAdd(ctx, queue, redis.Z{Score: 0, Member: "not an entry"}).Err())
+	require.NoError(t, admin.HSet(ctx, deadlines, "not an entry", 1<<50).Err())
+	require.NoError(t, admin.PExpire(ctx, queue, time.Minute).Err())
+	require.NoError(t, admin.PExpire(ctx, deadlines, time.Minute).Err())
+
+	// Two live waiters with a short TTL renew their places every 100 ms.
+	// Their places must stay as they are: a place removed and taken again
+	// would have a later arrival.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	isDead := map[string]bool{"not an entry": true}
+	for _, e := range dead {
+		isDead[e] = true
+	}
+	arrivals := map[string]float64{}
+	live := func() {
+		for _, z := range admin.ZRangeWithScores(ctx, queue, 0, -1).Val() {
+			e := z.Member.(string)
+			if _, seen := arrivals[e]; !seen && !isDead[e] {
+				arrivals[e] = z.Score
+			}
+		}
+	}
+	done := acquireAsync(wctx, waiter, res, 300*time.Millisecond)
+	waitUntil(t, func() bool { live(); return len(arrivals) == 1 }, "the first live waiter to queue")
+	second := acquireAsync(wctx, newLocker(be), res, 300*time.Millisecond)
+	waitUntil(t, func() bool { live(); return len(arrivals) == 2 }, "the second live waiter to queue")
+	waitUntil(t, func() bool { return admin.ZCard(ctx, queue).Val() == 2 }, "the dead places to go, and the live waiters' to stay")
+	// Some more renewals, with the dead gone.
+	time.Sleep(300 * time.Millisecond)
+	left := admin.ZRangeWithScores(ctx, queue, 0, -1).Val()
+	require.Len(t, left, 2)
+	for _, z := range left {
+		e := z.Member.(string)
+		assert.Equal(t, arrivals[e], z.Score, "the place of live waiter %s was taken again", e)
+	}
+	assert.Equal(t, int64(2), admin.HLen(ctx, deadlines).Val(), "the deadlines keep the dead")
+
+	require.NoError(t, lock.Release(ctx))
+	for _, ch := range []<-chan acquireResult{done, second} {
+		r := <-ch
+		require.NoError(t, r.err)
+		require.NoError(t, r.lock.Release(ctx))
+	}
 }

@@ -377,10 +377,12 @@ end
 -- asked for. A waiter renews its deadline while it waits; a waiter that
 -- stops renewing (its process died) is skipped once its deadline passes.
 
--- Removes an entry from the queue at queue (its order) and deadlines.
+-- Removes an entry from the queue at queue (its order) and deadlines:
+-- the deadline first, so that a deadlines key of another type raises
+-- before anything is written.
 local function dequeue(queue, deadlines, entry)
-  redis.call('ZREM', queue, entry)
   redis.call('HDEL', deadlines, entry)
+  redis.call('ZREM', queue, entry)
 end
 
 -- Returns the first live entry of the queue, its owner and its TTL,
@@ -449,11 +451,13 @@ local v = read_lock
 if v == nil then
   v = get(KEYS[1])
 end
-if ARGV[3] ~= '' then
-  dequeue(KEYS[3], KEYS[4], ARGV[3])
-end
+-- The marker first: should a queue key be of another type, the attempt
+-- it refuses is refused all the same.
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
+end
+if ARGV[3] ~= '' then
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
 end
 local held = NOT_HELD
 if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then

@@ -46,8 +46,10 @@
 --
 -- A free lock goes to the first live waiter in the queue: a run that is
 -- not that waiter is refused, and a waiter's run takes (or keeps) its
--- place in the queue. The counter is checked before the lock is written,
--- so an error leaves neither a lock nor a raised counter.
+-- place in the queue. A waiter's run refused by a held lock also removes
+-- the places of dead waiters near the front of the queue (prune). The
+-- counter is checked before the lock is written, so an error leaves
+-- neither a lock nor a raised counter.
 local REFUSED, ABANDONED = 0, 2
 
 -- The fast path: the common case, a free lock with nobody queued and no
@@ -81,7 +83,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
   end
 end
 --@end
---@include get clock idle counter queue
+--@include get clock idle counter queue prune
 
 -- The whole decision, for every case.
 
@@ -122,6 +124,9 @@ if held then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     extend_idle(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[4]))
     return granted(string.sub(held, #ARGV[1] + 1))
+  end
+  if waiting then
+    prune(KEYS[3], KEYS[4], entry)
   end
   return refuse(redis.call('PTTL', KEYS[1]))
 end

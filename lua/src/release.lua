@@ -139,11 +139,13 @@ local v = read_lock
 if v == nil then
   v = get(KEYS[1])
 end
-if ARGV[3] ~= '' then
-  dequeue(KEYS[3], KEYS[4], ARGV[3])
-end
+-- The marker first: should a queue key be of another type, the attempt
+-- it refuses is refused all the same.
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
+end
+if ARGV[3] ~= '' then
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
 end
 local held = NOT_HELD
 if type(v) == 'string' and string.sub(v, 1, #ARGV[1]) == ARGV[1] then

@@ -7,10 +7,12 @@
 -- stops renewing (its process died) is skipped once its deadline passes.
 --@requires clock
 
--- Removes an entry from the queue at queue (its order) and deadlines.
+-- Removes an entry from the queue at queue (its order) and deadlines:
+-- the deadline first, so that a deadlines key of another type raises
+-- before anything is written.
 local function dequeue(queue, deadlines, entry)
-  redis.call('ZREM', queue, entry)
   redis.call('HDEL', deadlines, entry)
+  redis.call('ZREM', queue, entry)
 end
 
 -- Returns the first live entry of the queue, its owner and its TTL,
