@@ -23,7 +23,8 @@ import (
 //
 // MemoryStore and RedisStore fence and read in one step (RedisStore in
 // one round trip, so Update costs two); other stores take a Fence, a Get
-// and a Put.
+// and a Put, and so does a Store of yours that embeds a *MemoryStore or
+// *RedisStore: Update calls its own methods.
 func Update(ctx context.Context, s Store, resource string, token Token, fn func(value []byte, found bool) ([]byte, error)) error {
 	if isNil(s) {
 		return invalidArg("Update with a nil Store")
@@ -42,18 +43,20 @@ func Update(ctx context.Context, s Store, resource string, token Token, fn func(
 	return s.Put(ctx, resource, token, value)
 }
 
-// fencer is a Store of this package that fences and reads in one step.
-type fencer interface {
-	// fence is Store.Fence; with read it also returns the value, and
-	// whether one was written, as the fence left them.
-	fence(ctx context.Context, resource string, token Token, read bool) ([]byte, bool, error)
-}
-
 // fencedRead raises resource's fence in s to token and reads its value:
 // found is false when nothing was written.
+//
+// A MemoryStore or RedisStore itself fences and reads in one step. The
+// test is of s's own type, not of a method set: a Store of the caller's
+// that embeds one of them and has Fence, Get or Put of its own (to keep
+// resources under other names, or values encrypted) is used through its
+// Store methods, as every other Store is.
 func fencedRead(ctx context.Context, s Store, resource string, token Token) (value []byte, found bool, err error) {
-	if f, ok := s.(fencer); ok {
-		return f.fence(ctx, resource, token, true)
+	switch s := s.(type) {
+	case *MemoryStore:
+		return s.fence(ctx, resource, token, true)
+	case *RedisStore:
+		return s.fence(ctx, resource, token, true)
 	}
 	if err := s.Fence(ctx, resource, token); err != nil {
 		return nil, false, err

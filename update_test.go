@@ -160,3 +160,70 @@ func TestFence(t *testing.T) {
 		}
 	})
 }
+
+// tenantMemory and tenantRedis wrap a store of the package, embedded, and
+// keep each resource under a tenant's name: their own Put, Get and Fence
+// are the way to the embedded store's data.
+type tenantMemory struct {
+	*fencedlock.MemoryStore
+	tenant string
+}
+
+type tenantRedis struct {
+	*fencedlock.RedisStore
+	tenant string
+}
+
+func (s tenantMemory) Put(ctx context.Context, r string, t fencedlock.Token, v []byte) error {
+	return s.MemoryStore.Put(ctx, s.tenant+"/"+r, t, v)
+}
+
+func (s tenantMemory) Get(ctx context.Context, r string) ([]byte, fencedlock.Token, error) {
+	return s.MemoryStore.Get(ctx, s.tenant+"/"+r)
+}
+
+func (s tenantMemory) Fence(ctx context.Context, r string, t fencedlock.Token) error {
+	return s.MemoryStore.Fence(ctx, s.tenant+"/"+r, t)
+}
+
+func (s tenantRedis) Put(ctx context.Context, r string, t fencedlock.Token, v []byte) error {
+	return s.RedisStore.Put(ctx, s.tenant+"/"+r, t, v)
+}
+
+func (s tenantRedis) Get(ctx context.Context, r string) ([]byte, fencedlock.Token, error) {
+	return s.RedisStore.Get(ctx, s.tenant+"/"+r)
+}
+
+func (s tenantRedis) Fence(ctx context.Context, r string, t fencedlock.Token) error {
+	return s.RedisStore.Fence(ctx, s.tenant+"/"+r, t)
+}
+
+// A store that embeds MemoryStore or RedisStore and has Put, Get and
+// Fence of its own: Update fences and reads through its methods, not the
+// embedded store's, so it reads what was written through the wrapper,
+// and a stale write after its read is refused.
+func TestUpdateGoesThroughAWrappersMethods(t *testing.T) {
+	be := redistest.Real(t)
+	ctx := testCtx(t)
+	for name, s := range map[string]fencedlock.Store{
+		"MemoryStore": tenantMemory{new(fencedlock.MemoryStore), "t1"},
+		"RedisStore":  tenantRedis{newRedisStore(be), "t1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, s.Put(ctx, "orders", 5, []byte("1001")))
+			err := fencedlock.Update(ctx, s, "orders", 6, func(v []byte, found bool) ([]byte, error) {
+				assert.True(t, found, "the value written through the wrapper")
+				assert.Equal(t, "1001", string(v))
+				// A stale holder writes between the read and the write.
+				var stale *fencedlock.StaleTokenError
+				assert.ErrorAs(t, s.Put(ctx, "orders", 5, []byte("1001,1002")), &stale, "a stale write after the fenced read")
+				return append(v, ",1003"...), nil
+			})
+			require.NoError(t, err)
+			v, token, err := s.Get(ctx, "orders")
+			require.NoError(t, err)
+			assert.Equal(t, "1001,1003", string(v))
+			assert.Equal(t, fencedlock.Token(6), token)
+		})
+	}
+}
