@@ -8,6 +8,7 @@ package fencedlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
 )
 
 // A waiter of the Locker that holds the lock goes to the back of the Redis
@@ -264,4 +266,49 @@ func TestCandidateQueuedBeforeItsLockersLateReleaseHearsOfTheGrant(t *testing.T)
 		t.Fatalf("the waiter did not hear of the grant the late release made (lock key %q)", keySnapshot(t, b, l.LockKey(res)))
 	}
 	requireNoGoroutinesLeft(t)
+}
+
+type gateKey struct{}
+
+// A second waiter of a Locker becomes its first when the first gives up,
+// and its Locker's release hands it the lock before its goroutine has
+// started to wait (an observer holds it there, as a preemption might);
+// then its ctx ends. Its wait ends, and the lock it was given goes on or
+// is released: it is not left with nobody for its TTL.
+func TestSecondWaiterStoppedAfterItsLockersReleaseGaveItTheLock(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	for i := 0; i < 10; i++ {
+		res := fmt.Sprintf("second-%d", i)
+		entered, gate := make(chan struct{}), make(chan struct{})
+		obs := observe.Func(func(ctx context.Context, e observe.Event) context.Context {
+			if e.Kind == observe.WaitStart && e.Resource == res && ctx.Value(gateKey{}) != nil {
+				close(entered)
+				<-gate
+			}
+			return ctx
+		})
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+		holder := mustTryAcquire(t, ctx, l, res, longTTL)
+
+		ctx1, cancel1 := context.WithCancel(ctx)
+		first := acquireAsync(ctx1, l, res, longTTL, hourRetryDelay)
+		waitUntil(t, func() bool { return l.WaiterHeldBack(res) }, "the first waiter to be held back")
+		ctx2, cancel2 := context.WithCancel(context.WithValue(ctx, gateKey{}, true))
+		second := acquireAsync(ctx2, l, res, longTTL, hourRetryDelay)
+		<-entered // the second has joined, behind the first
+
+		cancel1()
+		require.Error(t, (<-first).err)
+		require.NoError(t, holder.Release(ctx)) // to the second, now the first
+		cancel2()
+		close(gate)
+		if r := <-second; r.err == nil {
+			require.NoError(t, r.lock.Release(ctx))
+			continue
+		}
+		other, err := newLocker(b).TryAcquire(ctx, res, time.Second)
+		require.NoError(t, err, "round %d: the lock given to the waiter that stopped is held by nobody (PTTL %v)", i, keyPTTL(t, b, l.LockKey(res)))
+		require.NoError(t, other.Release(ctx))
+	}
 }

@@ -130,9 +130,11 @@ func (r *Room) Wait(ctx context.Context, req Request, c Contender) (uint64, time
 		c.Refused(ctx)
 		select {
 		case <-ctx.Done():
-			err := c.Stopped(ctx, r.heard(q))
-			r.leave(q, w, false)
-			return 0, time.Time{}, err
+			// It may have become the first meanwhile, and a release of
+			// this Locker given it the lock or its place in the Redis
+			// queue: quit passes those on, as it does for the first.
+			var st state
+			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		case <-w.wake:
 		}
 	}
