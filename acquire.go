@@ -280,7 +280,7 @@ func (l *Locker) tryAcquire(ctx context.Context, resource string, ttl time.Durat
 	sent := time.Now()
 	a, err := l.attempt(ctx, lock, ms, 0)
 	if err != nil {
-		if call.Unanswered(err) {
+		if call.Unanswered(err, l.resends) {
 			err = l.giveUp(ctx, lock, ms, 0, true, true, err)
 		}
 		return nil, err

@@ -614,7 +614,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, errNotHeld):
 		return k.notHeld(ctx, "refresh found the lock gone or taken")
 	case err != nil:
-		if !call.Unsent(err) {
+		if !call.Unsent(err, k.locker.resends) {
 			k.unknown(sent, time.Now(), ttl)
 		}
 		return err
@@ -789,7 +789,7 @@ func (k *Lock) finishRelease(held bool, err error, returned time.Time) error {
 	case err == nil:
 		err = k.lostErr("release found the lock gone or taken")
 		e, why = evReleaseGone, err
-	case call.Unsent(err):
+	case call.Unsent(err, k.locker.resends):
 		e = evReleaseUnsent
 	default:
 		e = evReleaseUnknown
@@ -818,7 +818,7 @@ func (k *Lock) handedOver(ctx context.Context, r releaseReply, err error, sent t
 		var stays bool // next still waits, or left with a lock of its own
 		unsure := false
 		switch {
-		case err != nil && call.Unsent(err):
+		case err != nil && call.Unsent(err, l.resends):
 			l.room.Unused(next)
 			stays = true
 		case err != nil:

@@ -275,15 +275,37 @@ func IsReply(err error) bool {
 	return errors.As(err, &rerr)
 }
 
+// Resends reports whether client may send a command again after its
+// connection failed (go-redis's retries, on by default): then the error
+// of a round trip is that of its last copy, and an earlier copy may have
+// run in Redis with its reply lost. A *redis.Client (a Sentinel failover
+// client is one) or *redis.Ring made with MaxRetries -1, or a
+// *redis.ClusterClient made with MaxRedirects and MaxRetries -1, sends
+// each command once; any other client is taken to resend.
+func Resends(client any) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c == nil || c.Options().MaxRetries > 0
+	case *redis.Ring:
+		return c == nil || c.Options().MaxRetries > 0
+	case *redis.ClusterClient:
+		return c == nil || c.Options().MaxRedirects > 0 || c.Options().MaxRetries > 0
+	}
+	return true
+}
+
 // Unsent reports whether err proves that the command never reached
-// Redis: ctx had ended before it was sent, or no connection could be made
-// or had. (go-redis may have sent an earlier copy before a retry that
-// failed so; Redis then ran it with nobody told, as with any reply lost,
-// and its TTL bounds the harm.)
-func Unsent(err error) bool {
+// Redis: ctx had ended before it was sent, or, for a client that sends
+// each command once (resends false, see Resends), no connection could be
+// made or had. For a client that resends, a failure to connect may come
+// after an earlier copy was sent, and Redis ran it: it proves nothing.
+func Unsent(err error, resends bool) bool {
 	var ns *NotSentError
 	if errors.As(err, &ns) {
 		return true
+	}
+	if resends {
+		return false
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -295,8 +317,8 @@ func Unsent(err error) bool {
 // Unanswered reports whether err, a round trip's error, says that the
 // command may have reached Redis and run there with its reply lost (or
 // still on its way): not an error reply, and not a command that was
-// never sent.
-func Unanswered(err error) bool { return !IsReply(err) && !Unsent(err) }
+// never sent (see Unsent for resends).
+func Unanswered(err error, resends bool) bool { return !IsReply(err) && !Unsent(err, resends) }
 
 // scriptError returns the error reply msg without Redis's "ERR", and, for
 // a command that failed inside a script, the command's own error: Redis

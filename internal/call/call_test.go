@@ -36,7 +36,8 @@ func TestBounded(t *testing.T) {
 	require.ErrorAs(t, err, &ns)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.False(t, ran, "f ran although ctx had ended")
-	assert.True(t, Unsent(err))
+	assert.True(t, Unsent(err, true))
+	assert.True(t, Unsent(err, false))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
@@ -46,7 +47,7 @@ func TestBounded(t *testing.T) {
 	_, err = Bounded(ctx, false, func(context.Context) (int, error) { <-release; return 1, nil })
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), time.Second, "Bounded waited for f past ctx")
-	assert.False(t, Unsent(err), "f may have sent its command")
+	assert.False(t, Unsent(err, false), "f may have sent its command")
 }
 
 // With a client that heeds deadlines and a ctx that has one, Bounded runs
@@ -84,7 +85,7 @@ func TestBoundedHeeds(t *testing.T) {
 		return 0, timeout
 	})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.False(t, Unsent(err), "f may have sent its command")
+	assert.False(t, Unsent(err, false), "f may have sent its command")
 	_, err = Bounded(short, true, func(context.Context) (int, error) { return 0, replyErr("ERR late") })
 	var ns *NotSentError
 	assert.ErrorAs(t, err, &ns, "ctx had ended: nothing may be sent")
@@ -369,15 +370,56 @@ func TestNotNow(t *testing.T) {
 }
 
 // Unanswered tells a command that may have run from one that never went
-// out and from an error reply.
+// out and from an error reply. For a client that resends, a failure to
+// connect may follow a copy that was sent: only a ctx that had ended
+// before proves nothing went out.
 func TestUnanswered(t *testing.T) {
-	assert.True(t, Unanswered(io.EOF))
-	assert.True(t, Unanswered(context.DeadlineExceeded))
-	assert.False(t, Unanswered(replyErr("ERR no")), "an error reply")
-	assert.False(t, Unanswered(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), "never connected")
-	assert.False(t, Unanswered(&NotSentError{context.Canceled}))
-	assert.False(t, Unanswered(redis.ErrPoolTimeout))
+	for _, resends := range []bool{false, true} {
+		assert.True(t, Unanswered(io.EOF, resends))
+		assert.True(t, Unanswered(context.DeadlineExceeded, resends))
+		assert.False(t, Unanswered(replyErr("ERR no"), resends), "an error reply")
+		assert.False(t, Unanswered(&NotSentError{context.Canceled}, resends))
+	}
+	never := []error{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, redis.ErrPoolTimeout, redis.ErrClosed, redis.ErrPoolExhausted}
+	for _, err := range never {
+		assert.False(t, Unanswered(err, false), "%v: never connected, and not resent", err)
+		assert.True(t, Unanswered(err, true), "%v: an earlier copy may have gone out", err)
+	}
 	assert.True(t, IsReply(fmt.Errorf("x: %w", replyErr("ERR no"))))
+}
+
+// Resends tells the clients that send each command once (MaxRetries -1,
+// and for a Cluster MaxRedirects -1 too) from the rest.
+func TestResends(t *testing.T) {
+	for _, c := range []struct {
+		client any
+		want   bool
+	}{
+		{redis.NewClient(&redis.Options{}), true},
+		{redis.NewClient(&redis.Options{MaxRetries: 1}), true},
+		{redis.NewClient(&redis.Options{MaxRetries: -1}), false},
+		{redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", MaxRetries: -1}), false},
+		{redis.NewRing(&redis.RingOptions{}), true},
+		{redis.NewRing(&redis.RingOptions{MaxRetries: -1}), false},
+		{redis.NewClusterClient(&redis.ClusterOptions{}), true},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: -1}), true},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1, MaxRetries: 2}), true},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1, MaxRetries: -1}), false},
+		{(*redis.Client)(nil), true},
+		{struct{ redis.UniversalClient }{}, true},
+	} {
+		assert.Equal(t, c.want, Resends(c.client), "%T", c.client)
+		switch cl := c.client.(type) {
+		case *redis.Client:
+			if cl != nil {
+				cl.Close()
+			}
+		case *redis.Ring:
+			cl.Close()
+		case *redis.ClusterClient:
+			cl.Close()
+		}
+	}
 }
 
 // replyErr is an error reply of Redis, as go-redis returns one.

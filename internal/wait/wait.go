@@ -149,6 +149,7 @@ type state struct {
 	lastErr    error     // the last attempt's error, while the wait rides it out
 	unanswered bool      // the last attempt got no answer: it may have been granted
 	lost       bool      // some attempt got no answer: a copy may still reach Redis
+	resends    bool      // the client may send a command again: see call.Resends
 }
 
 // answered reports whether an attempt of the wait got an answer: a
@@ -159,7 +160,7 @@ func (st *state) answered() bool { return !st.refused.IsZero() || st.lastErr != 
 // answered it.
 func (st *state) note(err error) {
 	st.lastErr = err
-	st.unanswered = err != nil && call.Unanswered(err)
+	st.unanswered = err != nil && call.Unanswered(err, st.resends)
 	st.lost = st.lost || st.unanswered
 }
 
@@ -177,6 +178,7 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		// release of this Locker that queued it was known.
 		heard uint64
 	)
+	st.resends = r.resends
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -243,7 +245,7 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		case err != nil && call.Ended(ctx) != nil && st.answered():
 			// Cut short by ctx: what Redis last answered stands, and
 			// the attempt may yet run.
-			st.lost = st.lost || call.Unanswered(err)
+			st.lost = st.lost || call.Unanswered(err, st.resends)
 			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		case err != nil && (call.Ended(ctx) != nil || !c.NotNow(err)):
 			st.note(err)
@@ -367,9 +369,12 @@ func withCtx(ctx context.Context, err error) error {
 type Room struct {
 	client redis.UniversalClient
 	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
-	log    Log
-	warned atomic.Bool  // the Warn that Redis refused pub/sub was logged
-	learnt atomic.Int32 // pubsub, for reading without mu
+	// resends is that the client may send a command again after its
+	// connection failed: see call.Resends
+	resends bool
+	log     Log
+	warned  atomic.Bool  // the Warn that Redis refused pub/sub was logged
+	learnt  atomic.Int32 // pubsub, for reading without mu
 
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
@@ -391,7 +396,7 @@ type Log struct {
 
 // New returns the empty Room of a Locker on client.
 func New(client redis.UniversalClient, log Log) *Room {
-	return &Room{client: client, heeds: call.Heeds(client), log: log}
+	return &Room{client: client, heeds: call.Heeds(client), resends: call.Resends(client), log: log}
 }
 
 // Linger is how long a resource's channel stays subscribed after its last
