@@ -60,8 +60,11 @@ type queries struct {
 	put    string // upsert of (resource, token, value), returning the fence it leaves (MySQL: returning nothing)
 	raise  string // Fence's upsert of (resource, token), Tx's first: raises the fence, returns it (MySQL: returning nothing)
 	lock   string // MySQL: the fence of a resource, read with the lock the upsert took (SELECT ... FOR UPDATE)
-	get    string // (value, value_token) of a resource
-	fence  string // fence of a resource
+	get    string // (value, value_token) of a resource; with autocommit, and @@autocommit, in a row even without the resource's
+	fence  string // fence of a resource; with autocommit, and @@autocommit, in a row even without the resource's
+	// autocommit says that get and fence read the session's autocommit
+	// too (MySQL).
+	autocommit bool
 
 	// The arguments of put and raise, in the order of their
 	// placeholders.

@@ -52,7 +52,11 @@
 // github.com/go-sql-driver/mysql for [MySQL] (MySQL and MariaDB). On
 // SQLite, set a busy timeout on the connections (for instance
 // _pragma=busy_timeout(5000) with modernc.org/sqlite), so that a write
-// waits for another rather than failing at once, and use WAL.
+// waits for another rather than failing at once, and use WAL. On MySQL,
+// keep autocommit on (the default): with it off, a plain read leaves a
+// transaction open on its pooled connection, whose snapshot a later read
+// would see, so [Store.Get] and [Store.CurrentFence] refuse such a
+// session with an error wrapping [fencedlock.ErrInvalidArgument].
 //
 // https://github.com/fencedlock/fencedlock/blob/main/docs/stores.md gives
 // the token rule that every store applies, and

@@ -122,9 +122,15 @@ ON DUPLICATE KEY UPDATE fence = GREATEST(fence, ?)`,
 		// REPEATABLE READ), and does not wait, the transaction holding
 		// the row's lock already. So it reads the fence the upsert
 		// left, and no other transaction can have changed it since.
-		lock:  `SELECT fence FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
-		get:   `SELECT value, value_token FROM ` + t + ` WHERE resource = ?`,
-		fence: `SELECT fence FROM ` + t + ` WHERE resource = ?`,
+		lock: `SELECT fence FROM ` + t + ` WHERE resource = ? FOR UPDATE`,
+		// get and fence read the session's autocommit too, in a row of
+		// their own when the resource has none: with autocommit off, a
+		// plain read opens a transaction that stays open on the pooled
+		// connection, and the next read on it sees that snapshot, not
+		// the writes committed since (see Store.Get).
+		get:        `SELECT f.value, f.value_token, @@autocommit FROM (SELECT 1) AS one LEFT JOIN ` + t + ` AS f ON f.resource = ?`,
+		fence:      `SELECT f.fence, @@autocommit FROM (SELECT 1) AS one LEFT JOIN ` + t + ` AS f ON f.resource = ?`,
+		autocommit: true,
 		putArgs: func(resource string, token int64, value []byte) []any {
 			return []any{resource, token, value, token}
 		},

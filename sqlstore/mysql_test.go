@@ -481,3 +481,54 @@ func TestMySQLValueLimit(t *testing.T) {
 		})
 	}
 }
+
+// With autocommit off (here in the DSN, as a server's autocommit=0 does
+// too), a plain read opens a transaction that stays open on its pooled
+// connection, and a later read there sees that snapshot: an Update's
+// Get would miss a newer holder's accepted write and overwrite it. Get
+// and CurrentFence refuse such a session, for a resource with a row and
+// without; with autocommit on they read.
+func TestMySQLAutocommitOffIsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	on := mysqlBackend(t)
+	cfg, err := mysql.ParseDSN(mysqltest.Shared(t).DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Params = map[string]string{"autocommit": "0"}
+	off := openMySQL(t, cfg.FormatDSN())
+	table := on.name(t, "fences")
+	sOn, err := sqlstore.New(on.db, sqlstore.MySQL, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sOff, err := sqlstore.New(off, sqlstore.MySQL, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sOn.Put(ctx, "r", 1, []byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"r", "never-written"} {
+		_, _, err := sOff.Get(ctx, r)
+		if !errors.Is(err, fencedlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "autocommit off") {
+			t.Errorf("Get(%q) with autocommit off: %v; want ErrInvalidArgument naming autocommit", r, err)
+		}
+		_, err = sOff.CurrentFence(ctx, r)
+		if !errors.Is(err, fencedlock.ErrInvalidArgument) || !strings.Contains(err.Error(), "autocommit off") {
+			t.Errorf("CurrentFence(%q) with autocommit off: %v; want ErrInvalidArgument naming autocommit", r, err)
+		}
+	}
+	if v, token, err := sOn.Get(ctx, "r"); err != nil || string(v) != "A" || token != 1 {
+		t.Errorf("Get with autocommit on: %q, %d, %v", v, token, err)
+	}
+	if fence, err := sOn.CurrentFence(ctx, "r"); err != nil || fence != 1 {
+		t.Errorf("CurrentFence with autocommit on: %d, %v", fence, err)
+	}
+	if _, _, err := sOn.Get(ctx, "never-written"); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Errorf("Get of a resource never written: %v; want ErrNotFound", err)
+	}
+	if _, err := sOn.CurrentFence(ctx, "never-written"); !errors.Is(err, fencedlock.ErrNotFound) {
+		t.Errorf("CurrentFence of a resource never fenced: %v; want ErrNotFound", err)
+	}
+}

@@ -483,7 +483,9 @@ func (s *Store) put(ctx context.Context, resource string, token int64, value []b
 //
 // Get reads without fencing: a holder that reads a value to write it
 // back calls Fence first, or [fencedlock.Update], which does both (see
-// Fence).
+// Fence). In MySQL, a session with autocommit off is refused with an
+// error wrapping [fencedlock.ErrInvalidArgument] (see the package
+// documentation).
 func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.Token, error) {
 	if err := s.check(resource); err != nil {
 		return nil, 0, err
@@ -492,16 +494,26 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 		return nil, 0, notSent(ctx, "get", resource)
 	}
 	var (
-		value []byte
-		token sql.NullInt64
+		value      []byte
+		token      sql.NullInt64
+		autocommit = true
 	)
 	err := bounded(ctx, "get", resource, func() error {
-		err := s.db.QueryRowContext(ctx, s.q.get, resource).Scan(&value, &token)
+		row := s.db.QueryRowContext(ctx, s.q.get, resource)
+		var err error
+		if s.q.autocommit {
+			err = row.Scan(&value, &token, &autocommit)
+		} else {
+			err = row.Scan(&value, &token)
+		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return dbErr(ctx, "get", resource, "", err)
 		}
 		return err
 	})
+	if err == nil && !autocommit {
+		return nil, 0, autocommitOff("get", resource)
+	}
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !token.Valid {
 		return nil, 0, fmt.Errorf("%w: %s", fencedlock.ErrNotFound, names.Quote(resource))
 	}
@@ -533,21 +545,39 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 	if ctx.Err() != nil {
 		return 0, notSent(ctx, "current fence", resource)
 	}
-	var fence int64
+	var (
+		fence      sql.NullInt64
+		autocommit = true
+	)
 	err := bounded(ctx, "current fence", resource, func() error {
-		err := s.db.QueryRowContext(ctx, s.q.fence, resource).Scan(&fence)
+		row := s.db.QueryRowContext(ctx, s.q.fence, resource)
+		var err error
+		if s.q.autocommit {
+			err = row.Scan(&fence, &autocommit)
+		} else {
+			err = row.Scan(&fence)
+		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return dbErr(ctx, "current fence", resource, "", err)
 		}
 		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) {
+	if err == nil && !autocommit {
+		return 0, autocommitOff("current fence", resource)
+	}
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !fence.Valid {
 		return 0, fmt.Errorf("%w: %s has no fence", fencedlock.ErrNotFound, names.Quote(resource))
 	}
 	if err != nil {
 		return 0, err
 	}
-	return fenceToken(fence, "fence", resource)
+	return fenceToken(fence.Int64, "fence", resource)
+}
+
+// autocommitOff is the error of a read op of resource on a MySQL
+// connection with autocommit off.
+func autocommitOff(op, resource string) error {
+	return fmt.Errorf("%w: sqlstore: %s %s: the MySQL session has autocommit off: a plain read then opens a transaction that stays open on its pooled connection, and the next read on it sees that snapshot instead of the writes committed since (a fenced read in Update would miss a newer holder's write, and overwrite it); open the database with autocommit on, MySQL's default", fencedlock.ErrInvalidArgument, op, names.Quote(resource))
 }
 
 // Fence implements [fencedlock.Store]: it raises resource's fence to
