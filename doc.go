@@ -87,8 +87,9 @@
 //
 // # Waiting
 //
-// Acquire waits without polling, first come, first served across
-// processes: a release hands the lock to the first waiter in the same
+// Acquire waits without polling, first come, first served within a
+// process, and across processes by turns in the order they queued in
+// Redis: a release hands the lock to the first waiter in the same
 // script and wakes it through Redis pub/sub, and a timer covers a crashed
 // holder or a lost message. How, with a sequence diagram of a hand-over,
 // is in https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md.
