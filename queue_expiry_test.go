@@ -230,7 +230,8 @@ func TestQueueDeadPlacesGoWhileTheLockIsHeld(t *testing.T) {
 	require.NoError(t, admin.PExpire(ctx, queue, time.Minute).Err())
 	require.NoError(t, admin.PExpire(ctx, deadlines, time.Minute).Err())
 
-	// Two live waiters with a short TTL renew their places every 100 ms.
+	// Two live waiters with a short TTL renew their places every 300 ms;
+	// a place lasts 900 ms, room for a stall on busy cores.
 	// Their places must stay as they are: a place removed and taken again
 	// would have a later arrival.
 	wctx, cancel := context.WithCancel(ctx)
@@ -248,13 +249,13 @@ func TestQueueDeadPlacesGoWhileTheLockIsHeld(t *testing.T) {
 			}
 		}
 	}
-	done := acquireAsync(wctx, waiter, res, 300*time.Millisecond)
+	done := acquireAsync(wctx, waiter, res, 900*time.Millisecond)
 	waitUntil(t, func() bool { live(); return len(arrivals) == 1 }, "the first live waiter to queue")
-	second := acquireAsync(wctx, newLocker(be), res, 300*time.Millisecond)
+	second := acquireAsync(wctx, newLocker(be), res, 900*time.Millisecond)
 	waitUntil(t, func() bool { live(); return len(arrivals) == 2 }, "the second live waiter to queue")
 	waitUntil(t, func() bool { return admin.ZCard(ctx, queue).Val() == 2 }, "the dead places to go, and the live waiters' to stay")
-	// Some more renewals, with the dead gone.
-	time.Sleep(300 * time.Millisecond)
+	// Two more renewals each, with the dead gone.
+	time.Sleep(700 * time.Millisecond)
 	left := admin.ZRangeWithScores(ctx, queue, 0, -1).Val()
 	require.Len(t, left, 2)
 	for _, z := range left {

@@ -280,8 +280,9 @@ func IsReply(err error) bool {
 // of a round trip is that of its last copy, and an earlier copy may have
 // run in Redis with its reply lost. A *redis.Client (a Sentinel failover
 // client is one) or *redis.Ring made with MaxRetries -1, or a
-// *redis.ClusterClient made with MaxRedirects and MaxRetries -1, sends
-// each command once; any other client is taken to resend.
+// *redis.ClusterClient made with MaxRedirects -1 and MaxRetries 0 or -1
+// (go-redis gives a Cluster's nodes no retries unless MaxRetries asks for
+// some), sends each command once; any other client is taken to resend.
 func Resends(client any) bool {
 	switch c := client.(type) {
 	case *redis.Client:

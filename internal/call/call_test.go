@@ -388,8 +388,9 @@ func TestUnanswered(t *testing.T) {
 	assert.True(t, IsReply(fmt.Errorf("x: %w", replyErr("ERR no"))))
 }
 
-// Resends tells the clients that send each command once (MaxRetries -1,
-// and for a Cluster MaxRedirects -1 too) from the rest.
+// Resends tells the clients that send each command once (MaxRetries -1;
+// for a Cluster, MaxRedirects -1 with MaxRetries unset or -1) from the
+// rest.
 func TestResends(t *testing.T) {
 	for _, c := range []struct {
 		client any
@@ -403,6 +404,7 @@ func TestResends(t *testing.T) {
 		{redis.NewRing(&redis.RingOptions{MaxRetries: -1}), false},
 		{redis.NewClusterClient(&redis.ClusterOptions{}), true},
 		{redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: -1}), true},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1}), false},
 		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1, MaxRetries: 2}), true},
 		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1, MaxRetries: -1}), false},
 		{(*redis.Client)(nil), true},
