@@ -385,6 +385,18 @@ local function dequeue(queue, deadlines, entry)
   redis.call('ZREM', queue, entry)
 end
 
+-- Returns the owner and the TTL of entry when it is well formed and
+-- alive: deadline, its deadline as the deadlines' hash answered it (false
+-- when missing), is after now; nil when the entry is dead or malformed.
+local function live(entry, deadline)
+  deadline = tonumber(deadline)
+  local owner, ttl = string.match(entry, '^(.*:)([1-9]%d*)$')
+  if owner and deadline and deadline > now_ms() then
+    return owner, ttl
+  end
+  return nil
+end
+
 -- Returns the first live entry of the queue, its owner and its TTL,
 -- removing dead and malformed entries before it; nil when there is none.
 local function queue_head(queue, deadlines)
@@ -393,9 +405,8 @@ local function queue_head(queue, deadlines)
     if not entry then
       return nil
     end
-    local deadline = tonumber(redis.call('HGET', deadlines, entry))
-    local owner, ttl = string.match(entry, '^(.*:)([1-9]%d*)$')
-    if owner and deadline and deadline > now_ms() then
+    local owner, ttl = live(entry, redis.call('HGET', deadlines, entry))
+    if owner then
       return entry, owner, ttl
     end
     dequeue(queue, deadlines, entry)

@@ -499,13 +499,7 @@ func (s *Store) Get(ctx context.Context, resource string) ([]byte, fencedlock.To
 		autocommit = true
 	)
 	err := bounded(ctx, "get", resource, func() error {
-		row := s.db.QueryRowContext(ctx, s.q.get, resource)
-		var err error
-		if s.q.autocommit {
-			err = row.Scan(&value, &token, &autocommit)
-		} else {
-			err = row.Scan(&value, &token)
-		}
+		err := s.scanRead(s.db.QueryRowContext(ctx, s.q.get, resource), &autocommit, &value, &token)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return dbErr(ctx, "get", resource, "", err)
 		}
@@ -550,13 +544,7 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		autocommit = true
 	)
 	err := bounded(ctx, "current fence", resource, func() error {
-		row := s.db.QueryRowContext(ctx, s.q.fence, resource)
-		var err error
-		if s.q.autocommit {
-			err = row.Scan(&fence, &autocommit)
-		} else {
-			err = row.Scan(&fence)
-		}
+		err := s.scanRead(s.db.QueryRowContext(ctx, s.q.fence, resource), &autocommit, &fence)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return dbErr(ctx, "current fence", resource, "", err)
 		}
@@ -572,6 +560,16 @@ func (s *Store) CurrentFence(ctx context.Context, resource string) (fencedlock.T
 		return 0, err
 	}
 	return fenceToken(fence.Int64, "fence", resource)
+}
+
+// scanRead scans row, the answer of the get or fence query, into dest,
+// and the session's autocommit into autocommit when the query reads it
+// (see queries.autocommit).
+func (s *Store) scanRead(row *sql.Row, autocommit *bool, dest ...any) error {
+	if s.q.autocommit {
+		dest = append(dest, autocommit)
+	}
+	return row.Scan(dest...)
 }
 
 // autocommitOff is the error of a read op of resource on a MySQL

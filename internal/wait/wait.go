@@ -149,7 +149,6 @@ type state struct {
 	lastErr    error     // the last attempt's error, while the wait rides it out
 	unanswered bool      // the last attempt got no answer: it may have been granted
 	lost       bool      // some attempt got no answer: a copy may still reach Redis
-	resends    bool      // the client may send a command again: see call.Resends
 }
 
 // answered reports whether an attempt of the wait got an answer: a
@@ -157,10 +156,10 @@ type state struct {
 func (st *state) answered() bool { return !st.refused.IsZero() || st.lastErr != nil }
 
 // note records the outcome of an attempt: err, or nil when Redis
-// answered it.
-func (st *state) note(err error) {
+// answered it; resends is the Room's (see call.Resends).
+func (st *state) note(err error, resends bool) {
 	st.lastErr = err
-	st.unanswered = err != nil && call.Unanswered(err, st.resends)
+	st.unanswered = err != nil && call.Unanswered(err, resends)
 	st.lost = st.lost || st.unanswered
 }
 
@@ -178,7 +177,6 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		// release of this Locker that queued it was known.
 		heard uint64
 	)
-	st.resends = r.resends
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -245,15 +243,15 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 		case err != nil && call.Ended(ctx) != nil && st.answered():
 			// Cut short by ctx: what Redis last answered stands, and
 			// the attempt may yet run.
-			st.lost = st.lost || call.Unanswered(err, st.resends)
+			st.lost = st.lost || call.Unanswered(err, r.resends)
 			return 0, time.Time{}, r.quit(ctx, q, w, life, &st, c)
 		case err != nil && (call.Ended(ctx) != nil || !c.NotNow(err)):
-			st.note(err)
+			st.note(err, r.resends)
 			return 0, time.Time{}, giveUp(ctx, life, &st, err, c)
 		case err != nil:
 			// Not now: try again after a pause, listening for the
 			// subscription that comes back with Redis.
-			st.note(err)
+			st.note(err, r.resends)
 			pause = min(max(2*pause, req.Delays.Min), req.Delays.Max)
 			wait = pause
 		case a.Granted:
@@ -262,7 +260,7 @@ func (r *Room) contend(ctx context.Context, q *queue, w *waiter, req Request, c 
 			if st.refused.IsZero() {
 				c.Refused(ctx)
 			}
-			st.note(nil)
+			st.note(nil, r.resends)
 			st.refused, pause = sent, 0
 			r.refused(q, w, a.Floor)
 			if a.Wait >= 0 {

@@ -1,6 +1,6 @@
 -- Removal of the places of dead waiters from the queue (see queue) while
 -- the lock is held.
---@requires clock
+--@requires clock queue
 
 -- How many entries from the front of the queue a refused attempt looks
 -- at for dead ones (see prune).
@@ -18,11 +18,10 @@ local function prune(queue, deadlines, keep)
   local n = #entries
   entries[n + 1] = keep
   local ds = redis.call('HMGET', deadlines, unpack(entries))
-  local now, dead = now_ms(), {}
+  local dead = {}
   for i = 1, n do
-    local e, d = entries[i], tonumber(ds[i])
-    if e ~= keep and not (d and d > now and string.match(e, '^.*:[1-9]%d*$')) then
-      dead[#dead + 1] = e
+    if entries[i] ~= keep and not live(entries[i], ds[i]) then
+      dead[#dead + 1] = entries[i]
     end
   end
   if #dead > 0 then
