@@ -22,7 +22,7 @@ import (
 // failing over) until the lease is within a twentieth of running out by
 // the local monotonic clock. So the holder hears of the loss before Redis
 // lets the key expire, even when Redis does not answer at all. Once lost,
-// nothing more is sent to Redis for the Lock.
+// nothing more is sent to Redis for the Lock but one Release (see Lock).
 //
 // The heartbeat keeps the lock alive; it does not make writes safe. A
 // paused process does not run its heartbeat either, and only the store's
@@ -107,8 +107,10 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		}
 		sent := time.Now()
 		if !sent.Before(deadline) {
-			k.ranOut(ranOutWhy(ttl, nil))
-			return
+			if k.ranOutIfDue(ranOutWhy(ttl, nil)) {
+				return
+			}
+			continue // a Refresh of the caller's moved the lease on
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		err := k.refresh(rctx, ttl)
@@ -122,15 +124,34 @@ func (k *Lock) heartbeat(ctx context.Context, interval time.Duration, kick <-cha
 		case errors.Is(err, errNotHeld):
 			k.lost("refresh found the lock gone or taken")
 			return
-		case !time.Now().Before(deadline):
-			k.refreshFailed(ttl, err)
-			k.ranOut(ranOutWhy(ttl, err))
-			return
 		default:
-			k.unknown(sent, time.Now(), ttl)
-			retry = time.Now().Add(max(every/4, time.Millisecond))
+			returned := time.Now()
+			k.unknown(sent, returned, ttl)
 			k.refreshFailed(ttl, err)
+			// The lease's end read above may be past, and yet a Refresh
+			// of the caller's have moved it on meanwhile: the Lock ends
+			// only by its lease as it is now.
+			if !returned.Before(deadline) && k.ranOutIfDue(ranOutWhy(ttl, err)) {
+				return
+			}
+			retry = returned.Add(max(every/4, time.Millisecond))
 		}
+	}
+}
+
+// stopHeartbeat stops the Lock's heartbeat, if one runs: the Lock stays
+// held until a Release, or until its lease runs out by the local clock
+// (it then ends as lost, and so does the lock in Redis with its TTL).
+func (k *Lock) stopHeartbeat() {
+	k.mu.Lock()
+	stop := k.stop
+	k.stop = nil
+	if stop != nil && !k.state.ended() {
+		k.armExpiryLocked() // the heartbeat no longer ends it at its lease
+	}
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -173,7 +194,16 @@ func (l *Locker) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 		cancel(context.Canceled)
 		// Within ctx, and within a second in the background once ctx
 		// has ended; a failure then is logged (see WithLogger).
-		_ = l.cleanups.Run(ctx, resource, "release after Do", call.Timeout, lock.Release)
+		err := l.cleanups.Run(ctx, resource, "release after Do", call.Timeout, lock.Release)
+		if errors.Is(err, call.ErrNotStarted) {
+			// Too many cleanups run: release here while ctx lasts (which
+			// stops the heartbeat, whatever its outcome); once it has
+			// ended, stop the heartbeat, and the lock ends with its TTL.
+			if call.Ended(ctx) == nil {
+				_ = lock.Release(ctx)
+			}
+			lock.stopHeartbeat()
+		}
 	}()
 	err = fn(fnCtx, lock)
 	if err != nil {

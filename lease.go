@@ -31,7 +31,9 @@ import (
 // a Refresh of unknown outcome returned counts only as far as that
 // Refresh may have left the lock: see docs/errors.md). Done and Err
 // report which. Once a Lock is no longer held, its methods send nothing
-// more to Redis.
+// more to Redis, but for one Release of a Lock whose lease ran out by the
+// local clock: it deletes the key if it is still this Lock's (a Refresh
+// whose answer came too late may have kept it), and returns the loss.
 //
 // Get a Lock from a Locker. The methods of a nil or zero Lock return
 // errors wrapping ErrInvalidArgument (Resource and Token return zero
@@ -78,6 +80,8 @@ type Lock struct {
 	announced  bool               // the acquire's success was reported (see WithObserver): so is the end
 	inRoom     bool               // counted by the Locker's room as holding the lock for sure (see stepLocked)
 	evCtx      context.Context    // the ctx of the Lock's later events: the observer's, from its AcquireEnd; nil until announced
+	ranOut     bool               // it ended as its lease ran out by the local clock: the key may still be its own in Redis
+	withdrawn  bool               // a Release after it ran out has asked Redis to delete the key
 	call       observe.Call       // the call that acquired the Lock, for its events; set before it is shared
 
 	contender contender // what its Acquire's waiting room asks of it
@@ -293,6 +297,7 @@ func ranOutWhy(ttl time.Duration, err error) string {
 // shared: token is not guarded by k.mu.
 func (k *Lock) grant(token Token, sent time.Time, ttl time.Duration) {
 	k.token = token
+	k.ttl = ttl
 	k.hold(sent, ttl)
 }
 
@@ -330,7 +335,6 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.unsureEnd, k.unsureGone = time.Time{}, false
-	k.retune(ttl)
 	prev := k.until
 	k.base, k.until = sent, end
 	k.nearerLocked(prev)
@@ -347,7 +351,6 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 // lock to sent+ttl (it can only have run later).
 func (k *Lock) unknown(sent, returned time.Time, ttl time.Duration) {
 	k.mu.Lock()
-	k.retune(ttl)
 	k.unsureLocked(returned)
 	end := sent.Add(certainFor(ttl))
 	if k.unsureEnd.IsZero() || end.Before(k.unsureEnd) {
@@ -373,7 +376,10 @@ func (k *Lock) unsureLocked(returned time.Time) {
 }
 
 // retune sets the TTL the heartbeat refreshes with, and tells the
-// heartbeat when it changed. k.mu is held.
+// heartbeat when it changed. Refresh calls it before it sends, whatever
+// its outcome: a refresh of the heartbeat's sent later, with the TTL it
+// read before, then leaves the TTL as the caller set it, and the
+// heartbeat's next round refreshes with it. k.mu is held.
 func (k *Lock) retune(ttl time.Duration) {
 	if k.kick != nil && ttl != k.ttl {
 		select {
@@ -413,6 +419,7 @@ func (k *Lock) stepLocked(e leaseEvent, why error) (leaseEffects, afterUnlock) {
 	}
 	if do&doEnd != 0 {
 		k.err = why
+		k.ranOut = e == evRanOut
 		if k.done != nil {
 			close(k.done)
 		}
@@ -596,7 +603,7 @@ func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
 // counts as held only until the shorter of its last TTL and ttl, until a
 // Refresh sent after this one returned succeeds (one sent before may have
 // run first). ttl must be at least one millisecond. A heartbeat goes
-// on with the new ttl. On a released Lock it returns an error wrapping
+// on with the new ttl, even when this Refresh fails. On a released Lock it returns an error wrapping
 // ErrReleased; once the lease ran out by the local clock (see Lock), it
 // sends nothing and returns the loss.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
@@ -609,6 +616,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.ended(); err != nil {
 		return err
 	}
+	k.mu.Lock()
+	k.retune(ttl) // before it is sent: see retune
+	k.mu.Unlock()
 	sent := time.Now()
 	switch err := k.refresh(ctx, ttl); {
 	case errors.Is(err, errNotHeld):
@@ -670,7 +680,9 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 // ErrUnavailable, the Lock is not ended but no longer counts as certainly
 // held, and Release may be called again. A Release after Release sends
 // nothing and returns an error wrapping ErrReleased; after the Lock ended
-// as lost, its loss. A Release whose lost reply made the client send it
+// as lost, its loss (when its lease ran out by the local clock, the first
+// such Release first deletes the key if Redis still holds it for this
+// Lock: see Lock). A Release whose lost reply made the client send it
 // twice reports ErrLockLost although it released the lock: either way
 // this Lock no longer holds it.
 //
@@ -702,6 +714,15 @@ func (k *Lock) Release(ctx context.Context) error {
 func (k *Lock) releaseLock(ctx context.Context) error {
 	// A Lock that has ended says so, whatever ctx: as Refresh and TTL do.
 	if err := k.ended(); err != nil {
+		if k.withdrawOnce() && call.Ended(ctx) == nil {
+			// Its lease ran out by the local clock, and Redis may keep
+			// its key (a Refresh answered too late): deleted, or handed
+			// to a waiter, if it is still this owner's. Its outcome
+			// changes nothing of the Lock's.
+			sent := time.Now()
+			r, rerr := k.release(ctx, k.keyArgs[:keyMarker], "", "", wait.Candidate{})
+			k.handedOver(ctx, r, rerr, sent, wait.Candidate{})
+		}
 		return err
 	}
 	if err := call.Err(ctx); err != nil {
@@ -723,6 +744,19 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
 	return k.finishRelease(r.held, err, time.Now())
+}
+
+// withdrawOnce reports whether the Lock ended as its lease ran out by the
+// local clock and no Release has asked Redis to delete its key since;
+// then the caller does.
+func (k *Lock) withdrawOnce() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.ranOut || k.withdrawn {
+		return false
+	}
+	k.withdrawn = true
+	return true
 }
 
 // beginRelease makes the caller the Lock's running Release, and stops the
@@ -1002,9 +1036,22 @@ func (k *Lock) check() error {
 // it found the key it had just deleted), and as lost if not.
 func (k *Lock) lost(why string) error { return k.lose(evGone, why) }
 
-// ranOut is lost for a lease that ran out by the local clock before a
-// Refresh succeeded.
-func (k *Lock) ranOut(why string) error { return k.lose(evRanOut, why) }
+// ranOutIfDue ends the Lock as lost, for the reason why, when its lease
+// has run out by the local clock before a Refresh succeeded; it reports
+// whether the Lock has ended (by this or before). The heartbeat calls it
+// with a view of the lease that may be older than a Refresh of the
+// caller's: the lease as it is now decides.
+func (k *Lock) ranOutIfDue(why string) bool {
+	k.mu.Lock()
+	if !k.state.ended() && time.Now().Before(k.until) {
+		k.mu.Unlock()
+		return false
+	}
+	_, after := k.stepLocked(evRanOut, k.lostErr(why))
+	k.mu.Unlock()
+	after.run(k)
+	return true
+}
 
 // lose steps the Lock by e, an event that finds it lost for the reason
 // why: see lost.

@@ -272,7 +272,7 @@ func TestLeaseLossDuringRelease(t *testing.T) {
 			r := newEndRecorder(t, time.Minute, true)
 			require.NoError(t, r.k.beginRelease(context.Background()))
 			assert.ErrorIs(t, r.k.lost("first loss"), ErrLockLost)
-			assert.ErrorIs(t, r.k.ranOut("second loss"), ErrLockLost)
+			assert.ErrorIs(t, r.k.lose(evRanOut, "second loss"), ErrLockLost)
 			require.NoError(t, r.k.Err())
 			assert.False(t, isClosed(r.k.Done()))
 			_ = r.k.finishRelease(tc.held, tc.err, time.Now())

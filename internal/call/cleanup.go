@@ -26,8 +26,9 @@ const (
 // ErrPending is Run's report that the cleanup goes on after the call.
 var ErrPending = errors.New("it goes on in the background")
 
-// errNotStarted is Run's report that MaxRunning cleanups were running.
-var errNotStarted = fmt.Errorf("%d cleanups are already running, so it was not started", MaxRunning)
+// ErrNotStarted is Run's report that MaxRunning cleanups were running:
+// fn was not started.
+var ErrNotStarted = fmt.Errorf("%d cleanups are already running, so it was not started", MaxRunning)
 
 // Cleanups runs the cleanups of one owner (a Locker, an election), at
 // most MaxRunning at once. The zero Cleanups is not usable: make one with
@@ -59,7 +60,7 @@ func (c *Cleanups) Run(ctx context.Context, resource, what string, budget time.D
 	case c.slots <- struct{}{}:
 	default:
 		c.warn("fencedlock: cleanup not started: too many running", resource, "cleanup", what, "running", MaxRunning)
-		return errNotStarted
+		return ErrNotStarted
 	}
 	var (
 		mu      sync.Mutex
