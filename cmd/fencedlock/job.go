@@ -118,6 +118,12 @@ func supervise(j *job, h *holding, sigs <-chan os.Signal, killAfter time.Duratio
 	for {
 		select {
 		case <-j.exited:
+			if stopper != nil && j.group {
+				// CMD was being stopped: what it started in its group is
+				// stopped too (SIGKILL at -kill-after), before the lock is
+				// released or given up.
+				reapGroup(j.cmd.Process.Pid, kill)
+			}
 			if lost == nil {
 				// Lost as CMD exited: said now, as no CMD is left to stop.
 				if lost = h.err(); lost != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"time"
 )
 
 // notifySignals returns a channel of the interrupts fencedlock catches,
@@ -18,6 +19,9 @@ func notifySignals() (chan os.Signal, func()) {
 
 // prepare sets how cmd starts; there are no process groups to set here.
 func prepare(*exec.Cmd) bool { return false }
+
+// reapGroup has nothing to do: there are no process groups here.
+func reapGroup(int, <-chan time.Time) {}
 
 // forwards reports whether sig is to be passed on to CMD: always.
 func forwards(bool, os.Signal) bool { return true }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // handledSignals are the signals fencedlock catches, to pass them on to
@@ -38,11 +39,36 @@ func notifySignals() (chan os.Signal, func()) {
 // then CMD stays in fencedlock's group, the terminal's foreground, so
 // that it can read from the terminal and gets the terminal's signals.
 func prepare(cmd *exec.Cmd) bool {
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	parentDeath(cmd.SysProcAttr)
 	if foregroundJob() {
 		return false
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr.Setpgid = true
 	return true
+}
+
+// reapGroup waits until the process group pgid is empty, and kills what
+// is left in it with SIGKILL when kill fires first (a nil kill: SIGKILL
+// was sent already). It waits at most a second after SIGKILL: a process
+// in an uninterruptible sleep cannot be made to go sooner.
+func reapGroup(pgid int, kill <-chan time.Time) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var giveUp <-chan time.Time
+	if kill == nil {
+		giveUp = time.After(time.Second)
+	}
+	for syscall.Kill(-pgid, 0) == nil {
+		select {
+		case <-kill:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			kill, giveUp = nil, time.After(time.Second)
+		case <-giveUp:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // forwards reports whether sig, caught by fencedlock, is to be sent on

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -153,6 +154,15 @@ func parseURL(raw string) (*url.URL, []string, error) {
 		for _, h := range hosts {
 			if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
 				return nil, nil, fmt.Errorf("the URL's host list has %q: each of several hosts must be HOST:PORT", h)
+			}
+		}
+	}
+	if scheme != "unix" {
+		for _, h := range hosts {
+			if _, port, err := net.SplitHostPort(h); err == nil {
+				if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+					return nil, nil, fmt.Errorf("the URL's host %q: port %q is not a number from 1 to 65535", h, port)
+				}
 			}
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
+	"github.com/fencedlock/fencedlock/internal/call"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
 // runFlags are the flags of run beside the Redis ones.
@@ -43,6 +45,8 @@ func run(args []string) int {
 		err = fmt.Errorf("want -- after RESOURCE %q, then CMD (flags go before RESOURCE)", rest[0])
 	case len(rest) == 2:
 		err = errors.New("missing CMD after --")
+	case rest[2] == "":
+		err = errors.New("CMD is empty after --")
 	case f.ttl <= 0:
 		err = fmt.Errorf("-ttl %v: must be above 0", f.ttl)
 	case f.wait < 0:
@@ -138,6 +142,13 @@ func take(locker *fencedlock.Locker, resource string, f runFlags, sigs <-chan os
 			default:
 				report(r.err)
 			}
+			if errors.Is(r.err, call.ErrPending) {
+				// The release of a grant whose reply was lost goes on in
+				// the background: exiting now would cut it off, and leave
+				// the lock to nobody until its TTL ends. It is bounded by
+				// call.Timeout.
+				time.Sleep(call.Timeout + 10*time.Millisecond)
+			}
 			return nil, exitCode(r.err)
 		}
 	}
@@ -149,11 +160,22 @@ func take(locker *fencedlock.Locker, resource string, f runFlags, sigs <-chan os
 func acquire(ctx context.Context, locker *fencedlock.Locker, resource string, f runFlags) (*holding, error) {
 	if f.leader {
 		e := election.New(locker, resource, election.WithTTL(f.ttl))
-		term, err := e.Campaign(ctx, candidate())
-		if err != nil {
-			return nil, err
+		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+			term, err := e.Campaign(ctx, candidate())
+			if err == nil {
+				return &holding{token: term.Token(), done: term.Done(), err: term.Err, end: term.Resign}, nil
+			}
+			if !campaignAgain(err) || ctx.Err() != nil {
+				return nil, err
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
 		}
-		return &holding{token: term.Token(), done: term.Done(), err: term.Err, end: term.Resign}, nil
 	}
 	if f.wait == 0 {
 		// One attempt: TryAcquire has no heartbeat, so a keeper of
@@ -170,6 +192,17 @@ func acquire(ctx context.Context, locker *fencedlock.Locker, resource string, f 
 		return nil, err
 	}
 	return &holding{token: lock.Token(), done: lock.Done(), err: lock.Err, end: lock.Release}, nil
+}
+
+// campaignAgain reports whether a campaign that failed with err is tried
+// again while -wait lasts, as election.Run does: Redis could not be
+// reached or did not answer in time (the elected candidate's
+// announcement too), or the term was lost or not confirmed by replicas
+// before it began; not for Redis's refusal of a command to the ACL user,
+// which stays until an operator changes the rule.
+func campaignAgain(err error) bool {
+	again := errors.Is(err, fencedlock.ErrUnavailable) || errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
+	return again && script.Refusal(err, "", "") == nil
 }
 
 // candidate is the value a leader campaigns with, which election.Leader
