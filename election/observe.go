@@ -13,9 +13,11 @@ import (
 
 const (
 	// Observe reads the leader every third of the TTL, kept between
-	// minPoll and maxPoll, while it has no subscription.
-	minPoll = 100 * time.Millisecond
-	maxPoll = time.Second
+	// minPoll and maxPoll, while it has no subscription, and
+	// subscribedPolls times less often while it has one.
+	minPoll         = 100 * time.Millisecond
+	maxPoll         = time.Second
+	subscribedPolls = 5
 	// pollTimeout bounds each of those reads.
 	pollTimeout = time.Second
 	// pingAfter is how long a subscription stays silent before Observe
@@ -48,7 +50,10 @@ const (
 // permission, or its connection broke or stalled), Observe reads the
 // leader every third of the election's TTL, kept between 100ms and 1s,
 // each read the one round trip of Leader, and subscribes again after a
-// pause that grows from 100ms to 5s, or of a minute after a refusal. Its
+// pause that grows from 100ms to 5s, or of a minute after a refusal.
+// While subscribed, it still reads the leader five times less often: a
+// candidate whose ACL user may not publish is elected all the same, and
+// only a read tells of it. Its
 // goroutines end when ctx ends, or, when one is connecting to Redis,
 // once the client's dial or read timeout ends the attempt.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
@@ -80,8 +85,8 @@ const (
 
 // deliver is Observe's delivery loop: it offers out the newest leader not
 // yet delivered, while it takes the subscription's events and reads the
-// leader: every poll interval while there is no subscription, and once
-// after each new one.
+// leader: every poll interval while there is no subscription, once after
+// each new one, and every subscribedPolls intervals while it lasts.
 func (e *Election) deliver(ctx context.Context, events <-chan subEvent, out chan<- Leader) {
 	defer close(out)
 	every := min(max(e.ttl/3, minPoll), maxPoll)
@@ -89,7 +94,6 @@ func (e *Election) deliver(ctx context.Context, events <-chan subEvent, out chan
 		last       fencedlock.Token
 		pending    Leader
 		subscribed bool // a subscription is confirmed
-		fresh      bool // and the leader was read since
 		read       = time.NewTimer(0)
 	)
 	defer read.Stop()
@@ -112,7 +116,7 @@ func (e *Election) deliver(ctx context.Context, events <-chan subEvent, out chan
 			case subUp, subDown:
 				// Read now: a leader may have been elected while no
 				// subscription was there to hear it.
-				subscribed, fresh = ev.kind == subUp, false
+				subscribed = ev.kind == subUp
 				resetTimer(read, 0)
 			}
 		case <-read.C:
@@ -122,8 +126,12 @@ func (e *Election) deliver(ctx context.Context, events <-chan subEvent, out chan
 			if recorded && l.Token > pending.Token {
 				pending = l
 			}
-			fresh = subscribed && (err == nil || errors.Is(err, ErrNoLeader))
-			if !fresh {
+			fresh := subscribed && (err == nil || errors.Is(err, ErrNoLeader))
+			if fresh {
+				// A leader whose candidate may not publish is heard of
+				// only by a read.
+				read.Reset(subscribedPolls * every)
+			} else {
 				read.Reset(every)
 			}
 		}

@@ -218,3 +218,31 @@ func TestObserveInOrder(t *testing.T) {
 		elNoGoroutinesLeft(t)
 	})
 }
+
+// An Observe with a subscription still hears of a leader whose candidate
+// may not publish (its Campaign succeeds with the record alone): it keeps
+// reading the leader while subscribed, less often.
+func TestObserveHearsOfALeaderThatCouldNotPublish(t *testing.T) {
+	elPubSubDenied(t, func(t *testing.T, admin, user *redis.Client) {
+		ctx := elCtx(t)
+		const ttl = 600 * time.Millisecond
+		observer := election.New(fencedlock.New(admin), "mixed", election.WithTTL(ttl))
+		octx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		seen := observer.Observe(octx)
+		time.Sleep(500 * time.Millisecond) // subscribed and read: no leader
+		candidate := election.New(fencedlock.New(user), "mixed", election.WithTTL(ttl))
+		term, err := candidate.Campaign(ctx, "quiet")
+		require.NoError(t, err)
+		defer term.Resign(context.Background())
+		l, err := observer.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "quiet", l.Value)
+		select {
+		case got := <-seen:
+			require.Equal(t, term.Token(), got.Token)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Observe delivered nothing within 5s (8 TTLs) though Leader reports %+v", l)
+		}
+	})
+}
