@@ -38,12 +38,21 @@ import (
 // off matches ErrUnavailable too). A nil req returns an error
 // wrapping [fencedlock.ErrInvalidArgument], with nothing sent. Do does not
 // check resource names: call CheckResource before building the request.
+//
+// A request other than GET or HEAD does not follow a redirect that would
+// change its method (a 301, 302 or 303 answering a PUT): net/http would
+// send it again as a GET without its body, and the server's answer to
+// that would pass for the write's. Do returns the redirect's error from
+// CheckResponse instead. A 307 or 308 is followed as client follows it.
 func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 	if req == nil {
 		return nil, fmt.Errorf("fencehttp: %w: nil *http.Request", fencedlock.ErrInvalidArgument)
 	}
 	if client == nil {
 		client = http.DefaultClient
+	}
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		client = keepingMethod(client)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -56,6 +65,31 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// keepingMethod returns a copy of client that does not follow a redirect
+// that would change the request's method: net/http sends a PUT or POST
+// answered with 301, 302 or 303 again as a GET without its body, and the
+// fenced read the server then answers would pass for the write's success.
+// Do then gets the redirect itself, and CheckResponse's error. A 307 or
+// 308, which keep the method and the body, is followed as client would
+// (under its CheckRedirect, if it has one).
+func keepingMethod(client *http.Client) *http.Client {
+	c := *client
+	check := client.CheckRedirect
+	c.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if r.Method != via[0].Method {
+			return http.ErrUseLastResponse
+		}
+		if check != nil {
+			return check(r, via)
+		}
+		if len(via) >= 10 { // net/http's own limit
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // unavailable wraps err, the failure of req's round trip, with
