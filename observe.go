@@ -184,10 +184,18 @@ func (s *observedStore) start(ctx context.Context, e observe.Event) context.Cont
 func (s *observedStore) Put(ctx context.Context, resource string, token Token, value []byte) error {
 	ctx = s.start(ctx, observe.Event{Kind: observe.StoreWriteStart, Resource: resource, Token: uint64(token)})
 	start := time.Now()
-	err := s.s.Put(ctx, resource, token, value)
-	s.o.Observe(ctx, observe.Event{Kind: observe.StoreWriteEnd, Resource: resource, Token: uint64(token), Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
+	err := errStorePanicked // unless Put returns
+	defer func() {
+		// Deferred, so that a Put that panics ends its span too.
+		s.o.Observe(ctx, observe.Event{Kind: observe.StoreWriteEnd, Resource: resource, Token: uint64(token), Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
+	}()
+	err = s.s.Put(ctx, resource, token, value)
 	return err
 }
+
+// errStorePanicked is the error an observed store reports for a call of
+// the store it wraps that panicked (the panic goes on).
+var errStorePanicked = errors.New("fencedlock: the store panicked")
 
 func (s *observedStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
 	return s.s.Get(ctx, resource)
@@ -202,11 +210,15 @@ func (s *observedStore) Fence(ctx context.Context, resource string, token Token)
 func (s *observedStore) fence(ctx context.Context, resource string, token Token, read bool) (value []byte, found bool, err error) {
 	ctx = s.start(ctx, observe.Event{Kind: observe.StoreFenceStart, Resource: resource, Token: uint64(token)})
 	start := time.Now()
+	err = errStorePanicked // unless the store returns
+	defer func() {
+		// Deferred, so that a store that panics ends the span too.
+		s.o.Observe(ctx, observe.Event{Kind: observe.StoreFenceEnd, Resource: resource, Token: uint64(token), Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
+	}()
 	if read {
 		value, found, err = fencedRead(ctx, s.s, resource, token)
 	} else {
 		err = s.s.Fence(ctx, resource, token)
 	}
-	s.o.Observe(ctx, observe.Event{Kind: observe.StoreFenceEnd, Resource: resource, Token: uint64(token), Outcome: writeOutcome(err), Duration: time.Since(start), Err: err})
 	return value, found, err
 }

@@ -262,7 +262,7 @@ func (in *instruments) acquireEnd(ctx context.Context, e observe.Event, withReso
 	if e.Outcome == observe.Acquired {
 		in.held.Add(ctx, 1, in.plainOpts(e.Resource, withResource).add...)
 		if e.Call == observe.CallCampaign {
-			in.leader.Add(ctx, 1, electionOpts(e.Resource).add...)
+			in.leader.Add(ctx, 1, electionOpts(e.Resource, withResource).add...)
 		}
 	}
 }
@@ -283,7 +283,7 @@ func (in *instruments) lockEnd(ctx context.Context, e observe.Event, withResourc
 		in.lost.Add(ctx, 1, opts.add...)
 	}
 	if e.Call == observe.CallCampaign {
-		in.leader.Add(ctx, -1, electionOpts(e.Resource).add...)
+		in.leader.Add(ctx, -1, electionOpts(e.Resource, withResource).add...)
 		term := in.byTerm[0]
 		if e.Outcome != observe.Released {
 			term = in.byTerm[1]
@@ -301,7 +301,11 @@ func (in *instruments) lockEnd(ctx context.Context, e observe.Event, withResourc
 
 // electionOpts returns the measurement options of the election named
 // name: campaigns are few, so making them each time costs little.
-func electionOpts(name string) measureOpts {
+func electionOpts(name string, withResource bool) measureOpts {
+	if withResource {
+		// The election's name is its lock's resource.
+		return newMeasureOpts(attribute.NewSet(AttrElection.String(name), AttrResource.String(name)))
+	}
 	return newMeasureOpts(attribute.NewSet(AttrElection.String(name)))
 }
 

@@ -76,11 +76,13 @@ func newSpanKeys() spanKeys {
 func (o *Observer) startSpan(ctx context.Context, kind spanKind, e observe.Event) context.Context {
 	under := trace.SpanFromContext(ctx)
 	ctx, span := o.tracer.Start(ctx, spanNames[kind])
+	if kind == spanAcquire && under.IsRecording() {
+		// Kept even when the acquire span does not record (a sampler
+		// may drop it alone): the Lock's later events go to under.
+		ctx = context.WithValue(ctx, o.keys[underAcquire], under)
+	}
 	if span == nil || !span.IsRecording() {
 		return ctx
-	}
-	if kind == spanAcquire && under.IsRecording() {
-		ctx = context.WithValue(ctx, o.keys[underAcquire], under)
 	}
 	var attrs [3]attribute.KeyValue
 	attrs[0] = AttrResource.String(e.Resource)
@@ -109,14 +111,14 @@ func (o *Observer) ownSpan(ctx context.Context, kind spanKind) (trace.Span, bool
 // granted lock, it returns ctx with the span the acquire was called
 // under, if it records, as its span: the ctx of the Lock's later events.
 func (o *Observer) endAcquireSpan(ctx context.Context, e observe.Event) context.Context {
+	if under, ok := ctx.Value(o.keys[underAcquire]).(trace.Span); ok && e.Outcome == observe.Acquired {
+		ctx = trace.ContextWithSpan(ctx, under)
+	}
 	span, ok := o.ownSpan(ctx, spanAcquire)
 	if !ok {
 		return ctx
 	}
 	defer span.End()
-	if under, ok := ctx.Value(o.keys[underAcquire]).(trace.Span); ok && e.Outcome == observe.Acquired {
-		ctx = trace.ContextWithSpan(ctx, under)
-	}
 	span.SetAttributes(
 		AttrOutcome.String(e.Outcome.String()),
 		AttrWait.Float64(float64(e.Duration)/float64(time.Millisecond)),
