@@ -12,9 +12,9 @@ import (
 
 // WithHeartbeat makes Acquire keep the lock it returns: every interval, a
 // background goroutine refreshes the lock for its TTL, until Release or
-// until the lock is lost. An interval of 0 means a third of the TTL; it
-// must be at most half the TTL, or Acquire returns an error wrapping
-// ErrInvalidArgument.
+// until the lock is lost. An interval of 0 means a third of the TTL;
+// another must be at least 1ms and at most half the TTL, or Acquire
+// returns an error wrapping ErrInvalidArgument.
 //
 // The Lock is lost (Done is closed and Err wraps ErrLockLost) as soon as a
 // refresh finds the key gone or held by another owner, and also when
@@ -48,6 +48,8 @@ func heartbeatInterval(interval, ttl time.Duration) (time.Duration, error) {
 		return 0, invalidArg("heartbeat interval %v is negative", interval)
 	case interval == 0:
 		return ttl / 3, nil
+	case interval < time.Millisecond:
+		return 0, invalidArg("heartbeat interval %v is below 1ms: each refresh is a round trip to Redis (a duration in seconds wants time.Second)", interval)
 	case interval > ttl/2:
 		return 0, invalidArg("heartbeat interval %v is above half the ttl %v: one late refresh would lose the lock", interval, ttl)
 	}

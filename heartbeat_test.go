@@ -268,6 +268,8 @@ func TestDo(t *testing.T) {
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "an interval above half the TTL")
 			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(-1))
 			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument)
+			_, err = l.Acquire(ctx, "x", time.Second, fencedlock.WithHeartbeat(10))
+			assert.ErrorIs(t, err, fencedlock.ErrInvalidArgument, "an interval of 10ns, which would refresh without pause")
 		})
 		requireNoGoroutinesLeft(t)
 	})

@@ -148,8 +148,8 @@ func WithTTL(ttl time.Duration) Option {
 	return func(e *Election) { e.ttl = ttl }
 }
 
-// WithHeartbeat sets how often a leader renews its lease: at most half
-// the TTL. 0, the default, renews at a third of it.
+// WithHeartbeat sets how often a leader renews its lease: at least 1ms
+// and at most half the TTL. 0, the default, renews at a third of it.
 func WithHeartbeat(interval time.Duration) Option {
 	return func(e *Election) { e.heartbeat = interval }
 }
@@ -187,8 +187,8 @@ func (e *Election) validate() error {
 	if e.ttl < 3*time.Millisecond {
 		return invalid("TTL %v is below 3ms", e.ttl)
 	}
-	if e.heartbeat < 0 || e.heartbeat > e.ttl/2 {
-		return invalid("heartbeat %v is not between 0 and half the TTL %v", e.heartbeat, e.ttl)
+	if e.heartbeat < 0 || e.heartbeat > e.ttl/2 || e.heartbeat > 0 && e.heartbeat < time.Millisecond {
+		return invalid("heartbeat %v is not 0 (a third of the TTL) or between 1ms and half the TTL %v", e.heartbeat, e.ttl)
 	}
 	return nil
 }

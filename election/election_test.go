@@ -294,6 +294,7 @@ func TestBadInput(t *testing.T) {
 		"negative TTL":   election.New(l, "x", election.WithTTL(-time.Second)),
 		"long heartbeat": election.New(l, "x", election.WithTTL(time.Second), election.WithHeartbeat(600*time.Millisecond)),
 		"negative beat":  election.New(l, "x", election.WithHeartbeat(-1)),
+		"10ns beat":      election.New(l, "x", election.WithHeartbeat(10)),
 		"nil election":   nil,
 	} {
 		_, err := e.Campaign(ctx, "v")
