@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/fencedlock/fencedlock"
@@ -35,8 +36,11 @@ import (
 //
 // Do returns by the deadline of req's context, as http.Client does, also
 // while it reads an error response's body (an error whose body breaks
-// off matches ErrUnavailable too). A nil req returns an error
-// wrapping [fencedlock.ErrInvalidArgument], with nothing sent. Do does not
+// off matches ErrUnavailable too). A nil req, or one that net/http
+// refuses before it connects (a URL of a scheme it has no transport for or
+// without a host, an invalid method, a header value with a newline),
+// returns an error wrapping [fencedlock.ErrInvalidArgument], with nothing
+// sent: a retry would fail alike. Do does not
 // check resource names: call CheckResource before building the request.
 //
 // A request other than GET or HEAD does not follow a redirect that would
@@ -56,6 +60,9 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		if unsendable(err) {
+			return nil, fmt.Errorf("fencehttp: %w: the request cannot be sent: %w", fencedlock.ErrInvalidArgument, err)
+		}
 		return nil, unavailable(req, err)
 	}
 	if err := CheckResponse(resp); err != nil {
@@ -65,6 +72,38 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// unsendable reports whether err, client.Do's, is net/http's refusal of a
+// request it could never send, found before it connects: a URL without a
+// host or of a scheme it has no transport for, an invalid method, header
+// name or value. net/http gives these as plain errors, known by their
+// text alone.
+func unsendable(err error) bool {
+	var ue *url.Error
+	if !errors.As(err, &ue) || ue.Err == nil {
+		return false
+	}
+	msg := ue.Err.Error()
+	for _, refusal := range unsendableErrors {
+		if strings.HasPrefix(msg, refusal) {
+			return true
+		}
+	}
+	return false
+}
+
+// unsendableErrors begin the texts of net/http's errors for requests it
+// cannot send (see unsendable).
+var unsendableErrors = []string{
+	"unsupported protocol scheme",
+	"http: no Host in request URL",
+	"http: nil Request.URL",
+	"net/http: invalid method",
+	"net/http: invalid header field name",
+	"net/http: invalid header field value",
+	"net/http: invalid trailer field name",
+	"net/http: invalid trailer field value",
 }
 
 // keepingMethod returns a copy of client that does not follow a redirect
