@@ -97,9 +97,11 @@
 // (no channel permission, Redis 7's default for a new ACL user, or no
 // command of the @pubsub category) is elected all the same: its
 // announcement writes the record and leaves the message out, and
-// Campaign succeeds. [Election.Observe] then reads the leader every third
-// of the TTL, kept between 100ms and 1s, as it does whenever it has no
-// subscription; its documentation says more.
+// Campaign succeeds. [Election.Observe] reads the leader every third of
+// the TTL, kept between 100ms and 1s, whenever it has no subscription of
+// its own (its user is denied pub/sub too), and five times less often
+// while it has one: so it hears of a leader whose candidate may not
+// publish, later. Its documentation says more.
 //
 // # Observing
 //
