@@ -75,8 +75,10 @@ func (l *Locker) Inspect(ctx context.Context, resource string) (Info, error) {
 		info.Waiters = int(r.waiters)
 	}
 	if r.counted {
+		// As the scripts read it (read_counter): digits without a
+		// leading zero, at most 2^63-1; any other value they refuse.
 		t, err := ParseToken(r.counter)
-		if err != nil {
+		if err != nil || r.counter != t.String() || t > maxFloor+1 {
 			return Info{}, fmt.Errorf("%w: inspect %s: token counter %s holds %s, not a token", ErrCorrupt, names.Quote(resource), names.Quote(counterKey), names.Quote(r.counter))
 		}
 		info.Counter = t

@@ -511,6 +511,16 @@ func testTokenRange(e *env) {
 			continue
 		}
 		e.expect(ruleEqualToken, fmt.Sprintf("Put(token %d, \"high\") and Put(token %d, \"equal\")", tok, tok), r, []byte("equal"), tok)
+		// Fences compare exactly too: one less than the fence a Put
+		// raised is refused, and so is it after a Fence alone.
+		e.expectRefused(ruleTokenRange, fmt.Sprintf("Put(token %d)", tok), "Fence", e.s.Fence(e.ctx, r, tok-1), r, tok-1, tok)
+		f := e.res(fmt.Sprintf("fence-token-%d", tok))
+		if err := e.s.Fence(e.ctx, f, tok); err != nil {
+			e.errorf(ruleTokenRange, "Fence(%q, token %d) on a resource never written = %v; want it accepted", f, tok, err)
+			continue
+		}
+		e.expectRefused(ruleTokenRange, fmt.Sprintf("Fence(token %d)", tok), "Put", e.s.Put(e.ctx, f, tok-1, []byte("one less")), f, tok-1, tok)
+		e.expectRefused(ruleTokenRange, fmt.Sprintf("Fence(token %d)", tok), "Fence", e.s.Fence(e.ctx, f, tok-1), f, tok-1, tok)
 	}
 }
 

@@ -264,6 +264,8 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		{fenceRaisesOnDoneContext, "FenceInput", "fence-input", true, ""},
 		{fenceNonAtomic, "FenceConcurrent", "fence-atomic", true, ""},
 		{fenceRacesPut, "FenceConcurrent", "fence-atomic", true, ""},
+		{fenceFloatTokens, "TokenRange", "token-range", true, ""},
+		{fenceFloatFence, "TokenRange", "token-range", true, ""},
 	} {
 		c := c
 		t.Run(fmt.Sprintf("%v/%s", c.flaw, c.test), func(t *testing.T) {
@@ -333,6 +335,8 @@ const (
 	fenceRaisesOnDoneContext      // Fence with a done context raises the fence, then returns ctx.Err()
 	fenceNonAtomic                // Fence checks the token and sets the fence in separate critical sections
 	fenceRacesPut                 // Puts exclude each other but not Fences: a Fence between a Put's check and write is undone
+	fenceFloatTokens              // Fence (not Put) compares tokens as float64, as a Lua script using tonumber would
+	fenceFloatFence               // and keeps the fence it raises as a float64 too
 )
 
 func (f flaw) String() string {
@@ -345,7 +349,8 @@ func (f flaw) String() string {
 		"fences without raising the fence", "lowers the fence on a refused Fence", "writes a value on Fence",
 		"reads the fence as the value's token", "fences with the zero token", "fences bad names",
 		"fences with a done context", "raises the fence with a done context", "fences non-atomically",
-		"lets a Put undo a concurrent Fence",
+		"lets a Put undo a concurrent Fence", "fences comparing tokens as float64",
+		"fences comparing and keeping tokens as float64",
 	}[f]
 }
 
@@ -573,6 +578,15 @@ func (s *brokenStore) Fence(ctx context.Context, resource string, token fencedlo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.check(resource, s.current(k), token)
+	if s.flaw == fenceFloatTokens || s.flaw == fenceFloatFence {
+		err = nil
+		if current := s.current(k); float64(token) < float64(current) {
+			err = &fencedlock.StaleTokenError{Resource: resource, Token: token, Current: current}
+		}
+		if err == nil && s.flaw == fenceFloatFence {
+			token = fencedlock.Token(float64(token))
+		}
+	}
 	switch {
 	case err != nil && s.flaw == fenceLowersWhenRefused:
 		s.raise(k, token)

@@ -295,6 +295,12 @@ if rec[1] or rec[2] then
       return c
     end
   end
+  if rec[1] ~= ARGV[1] and last == '9223372036854775807' then
+    -- a new grant after the highest token there is: refuse before
+    -- writing, as read_counter would after the restore below
+    return redis.error_reply('FENCEDLOCK_CORRUPT grant record ' .. KEYS[3] ..
+      ' holds 2^63-1: no new grant can get a higher token')
+  end
   if not c or less(c, last) then
     -- with the record's expiry, so that it goes when the record does
     local left = redis.call('PTTL', KEYS[3])

@@ -29,7 +29,7 @@ func advance(args []string) int {
 		return c.usageError(err)
 	}
 	defer client.Close()
-	locker := fencedlock.New(client, fencedlock.WithPrefix(conn.prefix))
+	locker := conn.locker(client)
 	ctx, cancel := context.WithTimeout(context.Background(), conn.timeout)
 	defer cancel()
 	if err := locker.Advance(ctx, resource, floor); err != nil {

@@ -33,6 +33,7 @@ func newCommand(name, synopsis string) *command {
 	c.flags.StringVar(&r.master, "sentinel-master", "", "use Redis Sentinel: the master's `NAME`; the URL's hosts are then the Sentinels")
 	c.flags.BoolVar(&r.cluster, "cluster", false, "use Redis Cluster: the URL's hosts are nodes of the cluster")
 	c.flags.StringVar(&r.prefix, "prefix", fencedlock.DefaultPrefix, "the key `prefix` of the locks, as WithPrefix sets it")
+	c.flags.DurationVar(&r.idle, "idle-expiry", fencedlock.DefaultIdleExpiry, "how long an idle resource's token counter is kept, as WithIdleExpiry sets it: give the services' own (0 keeps it for ever; else at least 1s)")
 	c.flags.DurationVar(&r.timeout, "redis-timeout", 10*time.Second, "how long a call to Redis may take, beside the wait for the lock: one attempt (-wait 0), a release, inspect, advance")
 	return c
 }
@@ -51,6 +52,8 @@ func (c *command) parse(args []string) (code int, ok bool) {
 		return c.usageError(err), false
 	case c.redis.timeout <= 0:
 		return c.usageError(fmt.Errorf("-redis-timeout %v: must be above 0", c.redis.timeout)), false
+	case c.redis.idle < 0 || c.redis.idle > 0 && c.redis.idle < time.Second:
+		return c.usageError(fmt.Errorf("-idle-expiry %v: must be 0 (for ever) or at least 1s", c.redis.idle)), false
 	}
 	return 0, true
 }

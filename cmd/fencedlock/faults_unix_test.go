@@ -2,8 +2,9 @@
 
 package main
 
-// Faults of the run command found by trying to break it: what CMD
-// started, a grant answered late, a slow announcement, bad arguments.
+// Faults of the commands found by trying to break them: what CMD
+// started, a grant answered late, a slow announcement, bad arguments, a
+// service's idle expiry.
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -124,4 +126,35 @@ func TestRunEmptyCMDIsUsage(t *testing.T) {
 		t.Errorf("empty CMD: status %d, want %d; stderr %s", code, exitUsage, stderr)
 	}
 	e.noLockLeft("starts")
+}
+
+// A service whose Locker keeps counters for ever (WithIdleExpiry(0)):
+// `fencedlock advance -idle-expiry 0` keeps its counter for ever too,
+// where the default would make it expire after a day. An idle expiry
+// the library refuses is a usage error.
+func TestAdvanceKeepsTheServicesIdleExpiry(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	app := fencedlock.New(e.b.Client, fencedlock.WithPrefix(e.b.Prefix), fencedlock.WithIdleExpiry(0))
+	lock, err := app.TryAcquire(ctx, "forever", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := e.b.Prefix + ":{forever}:token"
+	if d, _ := e.b.Client.PTTL(ctx, key).Result(); d != -1 {
+		t.Fatalf("counter PTTL %v before advance, want none", d)
+	}
+	floor := lock.Token() + 1_000_000
+	if code, _, stderr := e.runStatus([]string{"advance", "-idle-expiry", "0", "forever", floor.String()}); code != 0 {
+		t.Fatalf("advance: %d %s", code, stderr)
+	}
+	if d, _ := e.b.Client.PTTL(ctx, key).Result(); d != -1 {
+		t.Errorf("after fencedlock advance -idle-expiry 0, the counter expires in %v", d)
+	}
+	if code, _, stderr := e.runStatus([]string{"advance", "-idle-expiry", "10ms", "forever", (floor + 1).String()}); code != exitUsage {
+		t.Errorf("-idle-expiry 10ms: status %d, want %d; stderr %s", code, exitUsage, stderr)
+	}
 }

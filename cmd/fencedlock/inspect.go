@@ -40,7 +40,7 @@ func inspect(args []string) int {
 		return c.usageError(err)
 	}
 	defer client.Close()
-	locker := fencedlock.New(client, fencedlock.WithPrefix(conn.prefix))
+	locker := conn.locker(client)
 
 	table := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	defer table.Flush()

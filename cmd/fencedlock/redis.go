@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedlock/fencedlock"
 )
 
 const (
@@ -29,7 +31,15 @@ type redisFlags struct {
 	master  string        // -sentinel-master
 	cluster bool          // -cluster
 	prefix  string        // -prefix
+	idle    time.Duration // -idle-expiry
 	timeout time.Duration // -redis-timeout
+}
+
+// locker returns the Locker of the command on client: under -prefix, its
+// counters kept for -idle-expiry, as the services that share them keep
+// them (a Locker that writes a counter sets its expiry).
+func (r *redisFlags) locker(client redis.UniversalClient) *fencedlock.Locker {
+	return fencedlock.New(client, fencedlock.WithPrefix(r.prefix), fencedlock.WithIdleExpiry(r.idle))
 }
 
 // client returns a client of the Redis the flags name. Nothing is sent

@@ -63,7 +63,7 @@ func run(args []string) int {
 		return c.usageError(err)
 	}
 	defer client.Close()
-	locker := fencedlock.New(client, fencedlock.WithPrefix(conn.prefix))
+	locker := conn.locker(client)
 
 	sigs, stopSignals := notifySignals()
 	defer stopSignals()

@@ -10,23 +10,22 @@
 --                                    holder's nonce, ':' and its token),
 --                                    false when free; pttl its PTTL
 --                                    (negative when free); waiters how
---                                    many queue entries are alive (their
---                                    deadline is ahead of the server
---                                    clock); counter the counter's value,
+--                                    many queue entries are alive (well
+--                                    formed, their deadline ahead of the
+--                                    server clock: see live in queue);
+--                                    counter the counter's value,
 --                                    false when missing
 --   an error reply                   WRONGTYPE when a key is of another
 --                                    type
---@include clock
+--@include clock queue
 
 local lock = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 local counter = redis.call('GET', KEYS[2])
-local clock = now_ms()
 local waiters = 0
 local d = redis.call('HGETALL', KEYS[3])
 for i = 2, #d, 2 do
-  local deadline = tonumber(d[i])
-  if deadline and deadline > clock then
+  if live(d[i - 1], d[i]) then
     waiters = waiters + 1
   end
 end
