@@ -23,7 +23,8 @@
 //   - zero-token: a Put with the zero token fails with an error wrapping
 //     fencedlock.ErrInvalidToken, even on an empty resource.
 //   - token-range: every token a Locker can grant, 1 to 2^63-1, is
-//     accepted and compared exactly, never rounded (a Locker hands out
+//     accepted and compared exactly by Put and by Fence, never rounded
+//     (one below a fence is refused, near 2^53 too; a Locker hands out
 //     tokens seeded from a clock in microseconds, and Advance raises them
 //     further); a higher token is either refused with
 //     fencedlock.ErrInvalidToken or stored and compared exactly.

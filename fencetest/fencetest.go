@@ -128,7 +128,7 @@ var (
 	ruleStaleToken  = rule{"stale-token", "a Put whose token is lower than the fence fails with *fencedlock.StaleTokenError{Resource, Token: the rejected token, Current: the fence}, matching fencedlock.ErrStaleToken"}
 	ruleUnchanged   = rule{"refused-unchanged", "a refused Put or Fence changes nothing"}
 	ruleZeroToken   = rule{"zero-token", "a Put with the zero token fails with an error wrapping fencedlock.ErrInvalidToken"}
-	ruleTokenRange  = rule{"token-range", "every token a Locker can grant (1 to 2^63-1) is accepted and compared exactly; a higher token is refused with fencedlock.ErrInvalidToken or stored and compared exactly"}
+	ruleTokenRange  = rule{"token-range", "every token a Locker can grant (1 to 2^63-1) is accepted and compared exactly, by Put and by Fence; a higher token is refused with fencedlock.ErrInvalidToken or stored and compared exactly"}
 	ruleEmptyRes    = rule{"empty-resource", "Put and Get with an empty resource fail with an error wrapping fencedlock.ErrInvalidArgument"}
 	ruleIndependent = rule{"independent-resources", "every resource has its own value, token and fence: a token on one fences no other"}
 	ruleNames       = rule{"resource-names", "resource names are opaque strings: ':', spaces, non-ASCII and braces work; a stranger name is accepted and works, or is refused with fencedlock.ErrInvalidArgument"}
