@@ -58,7 +58,8 @@ type Lock struct {
 	mu      sync.Mutex    // guards the fields below
 	state   leaseState    // moved by stepLocked only
 	base    time.Time     // local time before the last successful grant or refresh was sent
-	ttl     time.Duration // the TTL the heartbeat refreshes with: the last one asked for
+	ttl     time.Duration // the TTL the heartbeat refreshes with: the last one asked for (see retune)
+	held    time.Duration // the TTL of the grant or refresh sent at base: the lease's
 	until   time.Time     // the lock is certainly held until then, by the local clock
 	granted time.Time     // local time before the grant was sent
 	// What the calls of unknown outcome since the last success sent
@@ -278,7 +279,7 @@ func (k *Lock) ranOutLocked() afterUnlock {
 	if k.state.ended() || k.until.IsZero() || time.Now().Before(k.until) {
 		return afterUnlock{}
 	}
-	_, after := k.stepLocked(evRanOut, k.lostErr(ranOutWhy(k.ttl, nil)))
+	_, after := k.stepLocked(evRanOut, k.lostErr(ranOutWhy(k.held, nil)))
 	return after
 }
 
@@ -336,7 +337,7 @@ func (k *Lock) hold(sent time.Time, ttl time.Duration) {
 	}
 	k.unsureEnd, k.unsureGone = time.Time{}, false
 	prev := k.until
-	k.base, k.until = sent, end
+	k.base, k.until, k.held = sent, end, ttl
 	k.nearerLocked(prev)
 	_, after := k.stepLocked(evRenewed, nil)
 	k.mu.Unlock()
@@ -492,7 +493,7 @@ func (k *Lock) syncRoom() {
 	k.roomMu.Lock()
 	defer k.roomMu.Unlock()
 	k.mu.Lock()
-	certain, until := k.inRoom, k.base.Add(k.ttl)
+	certain, until := k.inRoom, k.base.Add(k.held)
 	k.mu.Unlock()
 	if certain {
 		k.locker.room.Hold(k.resource, k.owner.(string), until)
@@ -714,7 +715,7 @@ func (k *Lock) Release(ctx context.Context) error {
 func (k *Lock) releaseLock(ctx context.Context) error {
 	// A Lock that has ended says so, whatever ctx: as Refresh and TTL do.
 	if err := k.ended(); err != nil {
-		if k.withdrawOnce() && call.Ended(ctx) == nil {
+		if call.Ended(ctx) == nil && k.withdrawOnce() {
 			// Its lease ran out by the local clock, and Redis may keep
 			// its key (a Refresh answered too late): deleted, or handed
 			// to a waiter, if it is still this owner's. Its outcome

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,6 +163,11 @@ func TestReleaseOfALockThatRanOutDeletesItsKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
+	// Loaded, so that the refresh runs at once (not after a NOSCRIPT and
+	// the hook's pause, when the key has expired).
+	if err := b.Client.ScriptLoad(ctx, refreshLua).Err(); err != nil {
+		t.Fatal(err)
+	}
 	lock, err := l.TryAcquire(ctx, "r", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -175,6 +181,19 @@ func TestReleaseOfALockThatRanOutDeletesItsKey(t *testing.T) {
 	case <-done:
 	default:
 		t.Fatal("Done is open after the lease ran out")
+	}
+	if !strings.Contains(rerr.Error(), "TTL of 300ms") {
+		t.Errorf("the loss names another TTL than the lease's (300ms): %v", rerr)
+	}
+	if n := b.Client.Exists(ctx, l.key("r", "lock")).Val(); n != 1 {
+		t.Fatalf("before Release the key is gone (Refresh: %v): nothing for Release to delete", rerr)
+	}
+	// A Release whose ctx has ended sends nothing, and does not use up
+	// the one that deletes the key.
+	ended, end := context.WithCancel(ctx)
+	end()
+	if err := lock.Release(ended); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release with an ended ctx after the lease ran out: %v, want its loss", err)
 	}
 	if err := lock.Release(ctx); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Release after the lease ran out: %v, want its loss", err)
@@ -267,5 +286,39 @@ func doReleaseNotStarted(t *testing.T, ctxEnded bool) {
 	slow.Store(false)
 	if h := held(); len(h) > 0 {
 		t.Fatalf("%v after every Do returned, still locked in Redis, kept by a heartbeat: %v", 4*ttl, h)
+	}
+}
+
+// An unconfirmed grant (WithReplicas, on a server without replicas)
+// whose lease ran out during WAIT is released once: its Release deletes
+// the key, and nothing sends the release script again.
+func TestUnconfirmedGrantThatRanOutIsReleasedOnce(t *testing.T) {
+	b := redistest.Real(t)
+	sum := sha1.Sum([]byte(releaseLua))
+	sha := hex.EncodeToString(sum[:])
+	var releases atomic.Int32
+	c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+	c.AddHook(hookFunc(func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if isScript(cmd, sha, releaseLua) {
+			releases.Add(1)
+		}
+		return next(ctx, cmd)
+	}))
+	t.Cleanup(func() { c.Close() })
+	l := New(c, WithPrefix(b.Prefix), WithReplicas(1, time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Client.ScriptLoad(ctx, releaseLua).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, "r", 200*time.Millisecond); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("TryAcquire: %v, want ErrNotReplicated", err)
+	}
+	time.Sleep(100 * time.Millisecond) // a cleanup left in the background has run
+	if n := releases.Load(); n != 1 {
+		t.Errorf("the release script was sent %d times for one unconfirmed grant, want 1", n)
+	}
+	if b.Client.Exists(ctx, l.key("r", "lock")).Val() != 0 {
+		t.Error("the unconfirmed grant's key is still there")
 	}
 }

@@ -81,15 +81,10 @@ func (l *Locker) replicate(ctx context.Context, k *Lock, ttl time.Duration) erro
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
 	cerr := l.cleanups.Run(ctx, k.resource, "release an unconfirmed grant", call.Timeout, func(ctx context.Context) error {
+		// A Lock that ended as its lease ran out by the local clock is
+		// withdrawn by this Release (its key deleted if still its own).
 		if err := k.Release(ctx); err != nil && k.Err() == nil {
 			return err
-		}
-		if errors.Is(k.Err(), ErrLockLost) {
-			// Ended as lost, by Redis or by its lease's end on the local
-			// clock, in which case Release sent nothing: the grant may
-			// still be in Redis. The release script deletes it only if
-			// it is still this owner's.
-			return k.withdraw(ctx, ttl.Milliseconds(), 0, 0)
 		}
 		return nil
 	})

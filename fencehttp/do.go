@@ -55,7 +55,7 @@ func Do(client *http.Client, req *http.Request) (*http.Response, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+	if m := req.Method; m != "" && m != http.MethodGet && m != http.MethodHead { // "" is GET
 		client = keepingMethod(client)
 	}
 	resp, err := client.Do(req)

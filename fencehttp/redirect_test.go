@@ -83,3 +83,44 @@ func redirectedWrite(t *testing.T, code int) {
 		t.Fatalf("Do reported the PUT as a success (status %d, method of the request answered %s), but the store still holds %q: the write was turned into a read", resp.StatusCode, resp.Request.Method, value)
 	}
 }
+
+// A read is redirected as net/http redirects it, whether its Method is
+// GET or "" (which net/http takes for GET); a write answered with a 307,
+// which keeps the method and the body, is followed too.
+func TestDoFollowsRedirectsThatKeepTheMethod(t *testing.T) {
+	var put []byte
+	mux := http.NewServeMux()
+	mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
+		code := http.StatusFound
+		if r.Method == http.MethodPut {
+			code = http.StatusTemporaryRedirect
+		}
+		http.Redirect(w, r, "/new", code)
+	})
+	mux.HandleFunc("/new", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			put, _ = io.ReadAll(r.Body)
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := srv.Client()
+	defer client.CloseIdleConnections()
+	for _, method := range []string{http.MethodGet, "", http.MethodPut} {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/old", bytes.NewReader([]byte("v")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Method = method
+		fencehttp.SetToken(req, 6)
+		resp, err := fencehttp.Do(client, req)
+		if err != nil {
+			t.Fatalf("method %q: %v", method, err)
+		}
+		resp.Body.Close()
+	}
+	if string(put) != "v" {
+		t.Fatalf("the PUT redirected by a 307 arrived with %q", put)
+	}
+}

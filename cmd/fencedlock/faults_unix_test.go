@@ -158,3 +158,50 @@ func TestAdvanceKeepsTheServicesIdleExpiry(t *testing.T) {
 		t.Errorf("-idle-expiry 10ms: status %d, want %d; stderr %s", code, exitUsage, stderr)
 	}
 }
+
+// A signal while the grant's reply is late (before -redis-timeout): the
+// release of the grant the reply may carry runs before fencedlock exits.
+func TestRunSignalDuringALateGrantReleasesItBeforeExit(t *testing.T) {
+	e := newEnv(t)
+	proxy := redistest.NewProxy(t, e.b.Client.Options().Addr)
+	proxy.DelayReplies(250 * time.Millisecond)
+	for i, after := range []time.Duration{1000, 1030, 1060, 1090, 1120, 1150, 1180} {
+		res := "sig" + strconv.Itoa(i)
+		p := e.start([]string{"run", "-redis", "redis://" + proxy.Addr(), "-redis-timeout", "10s", "-ttl", "1m", res, "--", "touch", "ran" + res})
+		time.Sleep(after * time.Millisecond)
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		code := p.wait()
+		early := e.inspect(res)
+		t.Logf("right at exit: held %v ttl %v", early.Held, early.TTL)
+		time.Sleep(1200 * time.Millisecond) // any release sent has long run
+		info := e.inspect(res)
+		t.Logf("SIGINT after %vms: status %d, ran %v, held %v ttl %v; stderr: %s", after, code, e.fileExists("ran"+res), info.Held, info.TTL, p.errText())
+		if code == 130 && info.Held {
+			t.Errorf("SIGINT after %vms: fencedlock exited %d and the lock is held by nobody for %v more", after, code, info.TTL)
+		}
+	}
+}
+
+// -leader campaigns through what may pass (Redis not reached, too slow),
+// not through an error reply that stays until an operator acts: a wrong
+// password exits 69 at once, even with -wait 0 (no bound).
+func TestRunLeaderWithAWrongPasswordExits(t *testing.T) {
+	s := redistest.Start(t)
+	if err := s.Client(t).ConfigSet(context.Background(), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := newBareEnv(t)
+	e.url = "redis://:wrong@" + s.Addr
+	start := time.Now()
+	p := e.start([]string{"run", "-leader", "rr", "--", "true"})
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.signal(syscall.SIGKILL)
+		p.wait()
+		t.Fatalf("still campaigning 10s after a wrong password; stderr %s", p.errText())
+	}
+	if code := p.wait(); code != exitUnavailable {
+		t.Errorf("status %d after %v, want %d; stderr %s", code, time.Since(start).Round(time.Millisecond), exitUnavailable, p.errText())
+	}
+}

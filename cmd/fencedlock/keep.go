@@ -108,11 +108,14 @@ func (k *keeper) Err() error {
 }
 
 // release stops the refreshes, then releases the lock within ctx. After a
-// loss it sends nothing and returns the loss.
+// loss it returns the loss; its Release then deletes the key only if it
+// is still this Lock's (a refresh that got no answer may have kept it:
+// see Lock.Release).
 func (k *keeper) release(ctx context.Context) error {
 	k.stop()
 	<-k.stopped
 	if err := k.Err(); err != nil {
+		_ = k.lock.Release(ctx)
 		return err
 	}
 	return k.lock.Release(ctx)

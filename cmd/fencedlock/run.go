@@ -87,6 +87,13 @@ func run(args []string) int {
 	}
 	e := supervise(j, h, sigs, f.killAfter)
 	if e.lost != nil {
+		// The loss was said. Ending the lock sends something only when
+		// its lease ran out by the local clock: Redis may still keep the
+		// key, for nobody, and it is deleted if it is still this one's
+		// (see Lock.Release); any failure of that is not said.
+		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+		_ = h.end(ctx)
+		cancel()
 		return exitFailure
 	}
 	if err := end(h, f.timeout); errors.Is(err, fencedlock.ErrLockLost) {
@@ -134,6 +141,9 @@ func take(locker *fencedlock.Locker, resource string, f runFlags, sigs <-chan os
 					end(r.h, f.timeout)
 				}
 				report(fmt.Errorf("%s while waiting for %q", signalName(interrupted), resource))
+				if errors.Is(r.err, call.ErrPending) {
+					time.Sleep(call.Timeout + 10*time.Millisecond)
+				}
 				return nil, signalStatus(interrupted)
 			case r.err == nil:
 				return r.h, 0
@@ -195,14 +205,17 @@ func acquire(ctx context.Context, locker *fencedlock.Locker, resource string, f 
 }
 
 // campaignAgain reports whether a campaign that failed with err is tried
-// again while -wait lasts, as election.Run does: Redis could not be
-// reached or did not answer in time (the elected candidate's
-// announcement too), or the term was lost or not confirmed by replicas
-// before it began; not for Redis's refusal of a command to the ACL user,
-// which stays until an operator changes the rule.
+// again while -wait lasts: Redis could not be reached, did not answer in
+// time (the elected candidate's announcement too) or answered that it
+// cannot now (loading, failing over), or the term was lost or not
+// confirmed by replicas before it began. Not for an error reply that
+// stays until an operator acts: a wrong password, an ACL refusal, out of
+// memory.
 func campaignAgain(err error) bool {
-	again := errors.Is(err, fencedlock.ErrUnavailable) || errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
-	return again && script.Refusal(err, "", "") == nil
+	if errors.Is(err, fencedlock.ErrUnavailable) {
+		return call.NotNow(err) && script.Refusal(err, "", "") == nil
+	}
+	return errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
 }
 
 // candidate is the value a leader campaigns with, which election.Leader
