@@ -604,9 +604,9 @@ func (k *Lock) lease() (base time.Time, ttl time.Duration, deadline time.Time) {
 // counts as held only until the shorter of its last TTL and ttl, until a
 // Refresh sent after this one returned succeeds (one sent before may have
 // run first). ttl must be at least one millisecond. A heartbeat goes
-// on with the new ttl, even when this Refresh fails. On a released Lock it returns an error wrapping
-// ErrReleased; once the lease ran out by the local clock (see Lock), it
-// sends nothing and returns the loss.
+// on with the new ttl, even when this Refresh fails. On a released Lock
+// it returns an error wrapping ErrReleased; once the lease ran out by the
+// local clock (see Lock), it sends nothing and returns the loss.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.check(); err != nil {
 		return err
