@@ -83,7 +83,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
   end
 end
 --@end
---@include get clock idle counter queue prune
+--@include get clock idle counter live queue prune
 
 -- The whole decision, for every case.
 

@@ -12,12 +12,12 @@
 --                                    (negative when free); waiters how
 --                                    many queue entries are alive (well
 --                                    formed, their deadline ahead of the
---                                    server clock: see live in queue);
+--                                    server clock: see live);
 --                                    counter the counter's value,
 --                                    false when missing
 --   an error reply                   WRONGTYPE when a key is of another
 --                                    type
---@include clock queue
+--@include clock live
 
 local lock = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])

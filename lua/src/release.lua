@@ -131,7 +131,7 @@ if ARGV[3] == '' and ARGV[4] == '' then
   end
 end
 --@end
---@include get clock idle counter queue
+--@include get clock idle counter live queue
 
 -- The whole decision, for every case. The lock is read first: a read
 -- refused raises before anything is written.

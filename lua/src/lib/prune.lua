@@ -1,6 +1,6 @@
 -- Removal of the places of dead waiters from the queue (see queue) while
 -- the lock is held.
---@requires clock queue
+--@requires clock live queue
 
 -- How many entries from the front of the queue a refused attempt looks
 -- at for dead ones (see prune).

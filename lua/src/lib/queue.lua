@@ -5,7 +5,7 @@
 -- An entry is a waiter's owner nonce, ':', and the TTL in milliseconds it
 -- asked for. A waiter renews its deadline while it waits; a waiter that
 -- stops renewing (its process died) is skipped once its deadline passes.
---@requires clock
+--@requires clock live
 
 -- Removes an entry from the queue at queue (its order) and deadlines:
 -- the deadline first, so that a deadlines key of another type raises
@@ -13,18 +13,6 @@
 local function dequeue(queue, deadlines, entry)
   redis.call('HDEL', deadlines, entry)
   redis.call('ZREM', queue, entry)
-end
-
--- Returns the owner and the TTL of entry when it is well formed and
--- alive: deadline, its deadline as the deadlines' hash answered it (false
--- when missing), is after now; nil when the entry is dead or malformed.
-local function live(entry, deadline)
-  deadline = tonumber(deadline)
-  local owner, ttl = string.match(entry, '^(.*:)([1-9]%d*)$')
-  if owner and deadline and deadline > now_ms() then
-    return owner, ttl
-  end
-  return nil
 end
 
 -- Returns the first live entry of the queue, its owner and its TTL,
