@@ -114,9 +114,9 @@ func (k *keeper) Err() error {
 func (k *keeper) release(ctx context.Context) error {
 	k.stop()
 	<-k.stopped
-	if err := k.Err(); err != nil {
-		_ = k.lock.Release(ctx)
-		return err
+	err := k.lock.Release(ctx)
+	if lost := k.Err(); lost != nil {
+		return lost
 	}
-	return k.lock.Release(ctx)
+	return err
 }

@@ -141,9 +141,7 @@ func take(locker *fencedlock.Locker, resource string, f runFlags, sigs <-chan os
 					end(r.h, f.timeout)
 				}
 				report(fmt.Errorf("%s while waiting for %q", signalName(interrupted), resource))
-				if errors.Is(r.err, call.ErrPending) {
-					time.Sleep(call.Timeout + 10*time.Millisecond)
-				}
+				awaitCleanup(r.err)
 				return nil, signalStatus(interrupted)
 			case r.err == nil:
 				return r.h, 0
@@ -152,15 +150,19 @@ func take(locker *fencedlock.Locker, resource string, f runFlags, sigs <-chan os
 			default:
 				report(r.err)
 			}
-			if errors.Is(r.err, call.ErrPending) {
-				// The release of a grant whose reply was lost goes on in
-				// the background: exiting now would cut it off, and leave
-				// the lock to nobody until its TTL ends. It is bounded by
-				// call.Timeout.
-				time.Sleep(call.Timeout + 10*time.Millisecond)
-			}
+			awaitCleanup(r.err)
 			return nil, exitCode(r.err)
 		}
+	}
+}
+
+// awaitCleanup waits, when err says that a cleanup goes on in the
+// background (the release of a grant whose reply was lost), for as long
+// as that cleanup may take: exiting now would cut it off, and leave the
+// lock to nobody until its TTL ends.
+func awaitCleanup(err error) {
+	if errors.Is(err, call.ErrPending) {
+		time.Sleep(call.Timeout + 10*time.Millisecond)
 	}
 }
 
