@@ -7,8 +7,6 @@ package fencedlock
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,18 +19,14 @@ import (
 
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/script"
 )
 
-// refreshSHA is the refresh script's SHA1, as EVALSHA names it.
-func refreshSHA() string {
-	sum := sha1.Sum([]byte(refreshLua))
-	return hex.EncodeToString(sum[:])
-}
-
-// isScript reports whether cmd runs the script of source src with sha.
-func isScript(cmd redis.Cmder, sha, src string) bool {
+// isScript reports whether cmd runs s, by its SHA1 (EVALSHA) or its
+// source (EVAL).
+func isScript(cmd redis.Cmder, s *script.Script) bool {
 	args := cmd.Args()
-	return len(args) > 1 && (args[1] == sha || args[1] == src)
+	return len(args) > 1 && (args[1] == s.EvalSHA(nil)[1] || args[1] == s.Source())
 }
 
 // refreshTTLArg returns the TTL in milliseconds a refresh command asks
@@ -78,9 +72,8 @@ type callerKey struct{}
 // end the Lock by the lease's end it read before them.
 func TestHeartbeatDoesNotEndALockTheCallerRefreshed(t *testing.T) {
 	b := redistest.Real(t)
-	sha := refreshSHA()
 	l := hookedLocker(t, b, func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if isScript(cmd, sha, refreshLua) && ctx.Value(callerKey{}) == nil {
+		if isScript(cmd, refreshScript) && ctx.Value(callerKey{}) == nil {
 			select {
 			case <-ctx.Done():
 				cmd.SetErr(ctx.Err())
@@ -115,11 +108,10 @@ func TestHeartbeatDoesNotEndALockTheCallerRefreshed(t *testing.T) {
 // its way must not take the heartbeat back to the old TTL.
 func TestHeartbeatGoesOnWithTheTTLOfARefreshItOverlapped(t *testing.T) {
 	b := redistest.Real(t)
-	sha := refreshSHA()
 	const newTTL = 5 * time.Second
 	var once sync.Once
 	l := hookedLocker(t, b, func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if ms, ok := refreshTTLArg(cmd); ok && isScript(cmd, sha, refreshLua) && ms == newTTL.Milliseconds() {
+		if ms, ok := refreshTTLArg(cmd); ok && isScript(cmd, refreshScript) && ms == newTTL.Milliseconds() {
 			// the caller's Refresh, held back before it is sent
 			once.Do(func() { time.Sleep(250 * time.Millisecond) })
 		}
@@ -152,10 +144,9 @@ func TestHeartbeatGoesOnWithTheTTLOfARefreshItOverlapped(t *testing.T) {
 // lost; its Release must still delete the key, which nobody holds.
 func TestReleaseOfALockThatRanOutDeletesItsKey(t *testing.T) {
 	b := redistest.Real(t)
-	sha := refreshSHA()
 	l := hookedLocker(t, b, func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		err := next(ctx, cmd)
-		if ms, ok := refreshTTLArg(cmd); ok && isScript(cmd, sha, refreshLua) && ms == time.Hour.Milliseconds() {
+		if ms, ok := refreshTTLArg(cmd); ok && isScript(cmd, refreshScript) && ms == time.Hour.Milliseconds() {
 			time.Sleep(400 * time.Millisecond) // the answer comes late
 		}
 		return err
@@ -219,10 +210,9 @@ func TestDoWhoseReleaseIsNotStartedStopsItsHeartbeat(t *testing.T) {
 
 func doReleaseNotStarted(t *testing.T, ctxEnded bool) {
 	b := redistest.Real(t)
-	releaseSHA := func() string { sum := sha1.Sum([]byte(releaseLua)); return hex.EncodeToString(sum[:]) }()
 	var slow atomic.Bool
 	l := hookedLocker(t, b, func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if slow.Load() && isScript(cmd, releaseSHA, releaseLua) {
+		if slow.Load() && isScript(cmd, releaseScript) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		return next(ctx, cmd)
@@ -294,12 +284,10 @@ func doReleaseNotStarted(t *testing.T, ctxEnded bool) {
 // the key, and nothing sends the release script again.
 func TestUnconfirmedGrantThatRanOutIsReleasedOnce(t *testing.T) {
 	b := redistest.Real(t)
-	sum := sha1.Sum([]byte(releaseLua))
-	sha := hex.EncodeToString(sum[:])
 	var releases atomic.Int32
 	c := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
 	c.AddHook(hookFunc(func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if isScript(cmd, sha, releaseLua) {
+		if isScript(cmd, releaseScript) {
 			releases.Add(1)
 		}
 		return next(ctx, cmd)
