@@ -276,6 +276,9 @@ func TestACLRefusedReadInAScriptIsNamedBeforeAnyWrite(t *testing.T) {
 		{"election/keep.lua", "get", []string{lockKey, p + "leader"}, []any{"7", "v", "60000", "1000", p + "leaders"}, func(ctx context.Context) {
 			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
 		}},
+		{"election/forget.lua", "get", []string{p + "leader"}, []any{"7"}, func(ctx context.Context) {
+			require.NoError(t, admin.Set(ctx, p+"leader", "7:v", longTTL).Err())
+		}},
 		{"election/leader.lua", "get", []string{lockKey, p + "leader"}, nil, func(ctx context.Context) {
 			require.NoError(t, admin.Set(ctx, lockKey, "me:7", longTTL).Err())
 		}},

@@ -29,6 +29,7 @@ import (
 // default retries, a refused connection may follow a copy that ran, and
 // it does.
 func TestRefusedConnectionIsUnavailable(t *testing.T) {
+	redistest.ClientSide(t)
 	srv := redistest.Start(t)
 	ctx := testCtx(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})

@@ -37,6 +37,7 @@ var clientKinds = []struct {
 // Every call that takes a ctx returns within its deadline on a Redis that
 // stops answering, with the default go-redis client too.
 func TestCallsKeepTheirDeadlineOnAStalledRedis(t *testing.T) {
+	redistest.ClientSide(t)
 	b := redistest.Real(t)
 	for _, kind := range clientKinds {
 		t.Run(kind.name, func(t *testing.T) {
@@ -133,6 +134,7 @@ func TestCallsKeepTheirDeadlineOnAStalledRedis(t *testing.T) {
 // one waiter, and many on many resources of one Locker, none waiting for
 // another's subscription.
 func TestWaitersKeepTheirDeadlinesOnAStalledRedis(t *testing.T) {
+	redistest.ClientSide(t)
 	b := redistest.Real(t)
 	for _, kind := range clientKinds {
 		for _, n := range []int{1, 3, 12} {

@@ -58,6 +58,7 @@ func TestAcquireRidesOutARestart(t *testing.T) {
 // resends may have sent a copy first), nor when Redis last said another
 // owner held it.
 func TestAcquireEndingInAnOutageSaysWhy(t *testing.T) {
+	redistest.ClientSide(t)
 	srv := redistest.Start(t)
 	ctx := testCtx(t)
 	once := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})

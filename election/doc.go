@@ -85,8 +85,11 @@
 // An election uses the Locker's keys for its name (the lock, its token
 // counter and queue) plus a leader record holding the leader's token and
 // value, all in the name's hash slot, and announces new leaders on a
-// classic pub/sub channel. The record expires once the election has been
-// idle for [fencedlock.DefaultIdleExpiry]. A term checks its record every
+// classic pub/sub channel. [Term.Resign] deletes the term's record once
+// the term has ended (Run resigns every term it ends, lost ones too); a
+// record left by a term that ended otherwise (its process died) is
+// overwritten by the next leader's, or expires once the election has
+// been idle for [fencedlock.DefaultIdleExpiry]. A term checks its record every
 // heartbeat interval, in one script call that writes only when it must,
 // and writes it again, and announces it again, when it was lost (deleted,
 // evicted). Candidates wait in line as the Locker's waiters do: see
@@ -110,5 +113,9 @@
 // observe.CallCampaign, and so is the end of its term: the fencedotel
 // module counts it apart from ordinary locks, and makes of it the metrics
 // fencedlock.election.leader (1 while this process leads the election)
-// and fencedlock.election.terms (by outcome, resigned or lost).
+// and fencedlock.election.terms (by outcome, resigned or lost). A
+// campaign granted the lock whose announcement then fails ends the term
+// it began, and that term is counted as any other: resigned when
+// Campaign's release of the lock succeeds, lost otherwise (the lock was
+// gone, or its release failed and its lease ran out).
 package election

@@ -60,6 +60,9 @@ var (
 	//go:embed keep.lua
 	keepLua    string
 	keepScript = script.New(keepLua) // decodeKeep
+	//go:embed forget.lua
+	forgetLua    string
+	forgetScript = script.New(forgetLua) // FORGOTTEN (1) or KEPT (0)
 )
 
 // announceReply is the reply of announce.lua.
@@ -263,11 +266,32 @@ func (t *Term) Err() error {
 // matching [fencedlock.ErrReleased] when it was resigned before, and one
 // matching [fencedlock.ErrUnavailable] when Redis did not answer: the term then ends
 // when its lease runs out, and Resign may be called again.
+//
+// Once the term has ended, by this call or by loss, Resign also deletes
+// the term's leader record, in one more round trip, unless the next
+// leader has written its own already: an election left idle keeps no
+// record of a leader it no longer has. That deletion is the record's
+// tidying only: its failure (ctx ended, Redis gone) leaves the record to
+// its expiry or the next leader, and does not change what Resign returns.
 func (t *Term) Resign(ctx context.Context) error {
 	if t == nil {
 		return invalid("nil Term")
 	}
-	return t.lock.Release(ctx)
+	err := t.lock.Release(ctx)
+	if err == nil || errors.Is(err, fencedlock.ErrLockLost) {
+		t.e.forget(ctx, t.Token())
+	}
+	return err
+}
+
+// forget deletes the leader record of the term with token, if the
+// record is still that term's; it is called once the term has ended. A
+// failure leaves the record to its expiry, or to the next leader's
+// announcement, which overwrites it.
+func (e *Election) forget(ctx context.Context, token fencedlock.Token) {
+	_, _ = call.Bounded(ctx, e.heeds, func(ctx context.Context) (int64, error) {
+		return forgetScript.Run(ctx, e.client, script.Keys(e.record), token.String()).Int64()
+	})
 }
 
 // keep checks the term's leader record every heartbeat interval while the
@@ -361,8 +385,13 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 	defer cancel()
-	if rerr := lock.Release(rctx); rerr != nil && !errors.Is(rerr, fencedlock.ErrLockLost) {
+	rerr := lock.Release(rctx)
+	if rerr != nil && !errors.Is(rerr, fencedlock.ErrLockLost) {
 		err = fmt.Errorf("%w (and resigning failed, so the term ends with its lease: %v)", err, rerr)
+	} else {
+		// An announcement whose reply did not come may have written
+		// the record.
+		e.forget(rctx, lock.Token())
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", err, cerr)
@@ -454,11 +483,16 @@ func parseRecord(s string) (Leader, bool) {
 // returns because its term ended does not stop Run: it campaigns again.
 // So does an fn whose error matches [fencedlock.ErrStaleToken]: a store
 // holds a later term's write, so this term is over even if its heartbeat
-// has not yet found out. A campaign that fails because Redis cannot be
-// reached ([fencedlock.ErrUnavailable]), or whose grant was lost or not
-// confirmed by replicas, is tried again after a pause that grows to 5s;
-// any other campaign error is returned, and so is Redis's refusal of a
-// command to the client's ACL user, which no pause ends.
+// has not yet found out.
+//
+// A campaign that fails because Redis cannot be reached or cannot answer
+// now ([fencedlock.ErrUnavailable]: no connection, no reply in time, a
+// restart or failover under way), or whose grant was lost or not
+// confirmed by replicas, is tried again after a pause that grows to 5s.
+// Any other campaign error is returned, and so are the error replies
+// that no pause ends, though they match [fencedlock.ErrUnavailable] too:
+// a wrong password, Redis's refusal of a command to the client's ACL
+// user, out of memory.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -476,10 +510,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}
-			again := errors.Is(err, fencedlock.ErrUnavailable) || errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
-			if !again || script.Refusal(err, "", "") != nil {
-				// An ACL refusal is no outage: it stays until an
-				// operator changes the rule.
+			if !campaignAgain(err) {
 				return err
 			}
 			t := time.NewTimer(wait)
@@ -502,6 +533,20 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	}
 }
 
+// campaignAgain reports whether Run campaigns again after a campaign
+// that failed with err: Redis could not be reached, did not answer in
+// time or answered that it cannot now (loading, failing over, busy), or
+// the term was lost or not confirmed by replicas before it began. Not an
+// error reply that stays until an operator acts (a wrong password, an
+// ACL refusal, out of memory): no pause ends it, and campaigning again
+// for ever would hide it.
+func campaignAgain(err error) bool {
+	if errors.Is(err, fencedlock.ErrUnavailable) {
+		return call.NotNow(err) && script.Refusal(err, "", "") == nil
+	}
+	return errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
+}
+
 // serve runs fn for term, then resigns if the term lasts. It returns fn's
 // error when fn failed while the term lasted.
 func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (err error) {
@@ -517,12 +562,13 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 	defer func() {
 		close(returned)
 		cancel(context.Canceled)
-		if term.Err() != nil {
-			return // ended: lost, or its heartbeat gave up
-		}
+		// Resigned by fn, this sends nothing. Lost, it ends the lock
+		// (deleting its key if the lease ran out by the local clock and
+		// a late refresh may have renewed it) and forgets the term's
+		// record. Failing, the term ends with its lease.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 		defer rcancel()
-		_ = term.Resign(rctx) // failing, the term ends with its lease
+		_ = term.Resign(rctx)
 	}()
 	ferr := fn(fnCtx, term)
 	switch {

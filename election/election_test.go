@@ -104,6 +104,54 @@ func TestCampaignResignAndLeader(t *testing.T) {
 	})
 }
 
+// A resigned term leaves no leader record behind, and neither does a
+// term that Run ends (its ctx ended) or a term lost while Run leads:
+// once the election is idle, only the lock's counter stays.
+func TestEndedTermsLeaveNoRecord(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		l := elLocker(b)
+		lockKey, record, _ := elKeys(l, "tidy")
+		e := election.New(l, "tidy", election.WithTTL(600*time.Millisecond))
+		recorded := func() bool {
+			n, err := b.Client.Exists(ctx, record).Result()
+			require.NoError(t, err)
+			return n == 1
+		}
+
+		term, err := e.Campaign(ctx, "a")
+		require.NoError(t, err)
+		require.True(t, recorded(), "no record while the term lasts")
+		require.NoError(t, term.Resign(ctx))
+		assert.False(t, recorded(), "the record stayed after Resign")
+
+		// Run: its ctx ends while fn leads.
+		rctx, cancel := context.WithCancel(ctx)
+		err = e.Run(rctx, "b", func(fctx context.Context, term *election.Term) error {
+			assert.True(t, recorded(), "no record while Run's term lasts")
+			cancel()
+			<-fctx.Done()
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		assert.False(t, recorded(), "the record stayed after Run's ctx ended")
+
+		// Run: its term is lost (the lock deleted by hand); Run's ctx
+		// ends after the loss, before it would campaign again.
+		rctx, cancel = context.WithCancel(ctx)
+		err = e.Run(rctx, "c", func(fctx context.Context, term *election.Term) error {
+			require.NoError(t, b.Client.Del(ctx, lockKey).Err())
+			<-fctx.Done()
+			assert.ErrorIs(t, context.Cause(fctx), fencedlock.ErrLockLost)
+			cancel()
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		assert.False(t, recorded(), "the record of a lost term stayed")
+		elNoGoroutinesLeft(t)
+	})
+}
+
 // A campaign whose ctx ends while it waits returns ctx's error and is
 // never elected: when the leader resigns, the office stays vacant.
 func TestCancelledCampaignIsNeverElected(t *testing.T) {
@@ -408,6 +456,65 @@ func TestRunReturnsAnACLRefusal(t *testing.T) {
 	assert.Contains(t, err.Error(), "TIME")
 	assert.Contains(t, err.Error(), "docs/redis.md#acl")
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// Run returns a wrong password at once, instead of campaigning again for
+// ever: it is no outage, and no pause ends it.
+func TestRunReturnsAWrongPassword(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := elCtx(t)
+	admin := s.Client(t)
+	require.NoError(t, admin.ConfigSet(ctx, "requirepass", "secret").Err())
+	wrong := redis.NewClient(&redis.Options{Addr: s.Addr, Password: "wrong"})
+	t.Cleanup(func() { wrong.Close() })
+	e := election.New(fencedlock.New(wrong), "office", election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+		t.Error("fn ran with a wrong password")
+		return nil
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run must not campaign again until its ctx ends")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// Run campaigns through an outage: started while its Redis is down, it is
+// elected once the server is back.
+func TestRunCampaignsThroughAnOutage(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := elCtx(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	s.Kill()
+	e := election.New(fencedlock.New(c), "office", election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	elected := make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		ran <- e.Run(rctx, "run", func(context.Context, *election.Term) error {
+			close(elected)
+			return errors.New("done")
+		})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned while Redis was down: %v", err)
+	default:
+	}
+	s.Restart(t)
+	select {
+	case <-elected:
+	case err := <-ran:
+		t.Fatalf("Run returned before it was elected: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("not elected 15s after Redis came back")
+	}
+	assert.EqualError(t, <-ran, "done")
 }
 
 // A leader record lost while its term lasts (deleted, evicted) is written

@@ -1,6 +1,15 @@
 package election
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
 
 // TestScriptRepliesDecode decodes every status of announce.lua and
 // keep.lua and both shapes of leader.lua's reply, and refuses what the
@@ -33,4 +42,36 @@ func TestScriptRepliesDecode(t *testing.T) {
 			t.Errorf("decodeLeader(%v) = %+v; want an error", res, got)
 		}
 	}
+}
+
+// forget deletes the record of the term it is given, and only that: a
+// record the next leader wrote meanwhile stays, and so does one of
+// another type.
+func TestForgetDeletesOnlyItsTermsRecord(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		e := New(fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix)), "forget")
+		for _, c := range []struct {
+			record string
+			token  fencedlock.Token
+			stays  bool
+		}{
+			{"7:a", 7, false},
+			{"70:a", 7, true}, // token 70's, not 7's
+			{"8:a", 7, true},
+			{"7", 7, true}, // no ':': not a record of token 7
+		} {
+			require.NoError(t, b.Client.Set(ctx, e.record, c.record, 0).Err())
+			e.forget(ctx, c.token)
+			n, err := b.Client.Exists(ctx, e.record).Result()
+			require.NoError(t, err)
+			assert.Equal(t, c.stays, n == 1, "record %q, token %d", c.record, c.token)
+		}
+		require.NoError(t, b.Client.Del(ctx, e.record).Err())
+		require.NoError(t, b.Client.HSet(ctx, e.record, "f", "v").Err())
+		e.forget(ctx, 7)
+		typ, err := b.Client.Type(ctx, e.record).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "hash", typ, "a record of another type")
+	})
 }

@@ -149,8 +149,21 @@ func Each(t *testing.T, fn func(t *testing.T, b *Backend)) {
 }
 
 // RealOnlyEnv names the environment variable that, set to 1, makes Each
-// run its real-Redis subtest alone.
+// run its real-Redis subtest alone, and ClientSide skip its test. The
+// server matrix (.ci/matrix) sets it.
 const RealOnlyEnv = "FENCEDLOCK_TEST_REAL_ONLY"
+
+// ClientSide marks a test whose subject is the client's handling of a
+// fault made outside the server (a connection refused by a killed
+// server, a proxy that stalls), which no server version changes: it
+// skips tb where RealOnlyEnv is 1, in the server matrix, and runs
+// everywhere else (the race run runs it on Debian's redis-server).
+func ClientSide(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv(RealOnlyEnv) == "1" {
+		tb.Skip(RealOnlyEnv + "=1: the client's handling of a fault made outside the server, the same on every server")
+	}
+}
 
 // Mini returns a Backend on a fresh miniredis, closed when t ends.
 func Mini(tb testing.TB) *Backend {
