@@ -486,13 +486,13 @@ func parseRecord(s string) (Leader, bool) {
 // has not yet found out.
 //
 // A campaign that fails because Redis cannot be reached or cannot answer
-// now ([fencedlock.ErrUnavailable]: no connection, no reply in time, a
-// restart or failover under way), or whose grant was lost or not
-// confirmed by replicas, is tried again after a pause that grows to 5s.
-// Any other campaign error is returned, and so are the error replies
-// that no pause ends, though they match [fencedlock.ErrUnavailable] too:
-// a wrong password, Redis's refusal of a command to the client's ACL
-// user, out of memory.
+// ([fencedlock.ErrUnavailable]: no connection, no reply in time, a
+// restart or failover under way, out of memory), or whose grant was lost
+// or not confirmed by replicas, is tried again after a pause that grows
+// to 5s. Any other campaign error is returned, and so is Redis's refusal
+// of the client's credentials (a wrong password, none given) or of a
+// command to its ACL user, though they match [fencedlock.ErrUnavailable]
+// too: no pause ends them.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -534,17 +534,42 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 }
 
 // campaignAgain reports whether Run campaigns again after a campaign
-// that failed with err: Redis could not be reached, did not answer in
-// time or answered that it cannot now (loading, failing over, busy), or
-// the term was lost or not confirmed by replicas before it began. Not an
-// error reply that stays until an operator acts (a wrong password, an
-// ACL refusal, out of memory): no pause ends it, and campaigning again
-// for ever would hide it.
+// that failed with err: Redis could not be reached or could not answer
+// (ErrUnavailable), or the term was lost or not confirmed by replicas
+// before it began. Not for Redis's refusal of the client's credentials
+// or of a command to its ACL user: they stay until an operator acts, and
+// campaigning again for ever would hide them. (Any other ErrUnavailable
+// is tried again: an outage, a failover or a full memory may pass, and
+// a client's errors on the way, such as a Sentinel client's, are not
+// all known here.)
 func campaignAgain(err error) bool {
 	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return call.NotNow(err) && script.Refusal(err, "", "") == nil
+		return script.Refusal(err, "", "") == nil && !refusedCredentials(err)
 	}
 	return errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
+}
+
+// credentialRefusals start Redis's error replies to a client whose
+// credentials it refuses: a wrong password (Redis 6 and later, and
+// before), none where one is needed (NOAUTH, or, for a command of many
+// arguments such as a script's, Redis 7's protocol error before it
+// closes the connection), a user that may not run a command.
+var credentialRefusals = [...]string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR invalid password", "ERR invalid username-password pair", "ERR Protocol error: unauthenticated"}
+
+// refusedCredentials reports whether err holds one of Redis's
+// credentialRefusals.
+func refusedCredentials(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, prefix := range credentialRefusals {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // serve runs fn for term, then resigns if the term lasts. It returns fn's

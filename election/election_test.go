@@ -458,27 +458,30 @@ func TestRunReturnsAnACLRefusal(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
-// Run returns a wrong password at once, instead of campaigning again for
-// ever: it is no outage, and no pause ends it.
+// Run returns a wrong password, or none where one is needed, at once,
+// instead of campaigning again for ever: it is no outage, and no pause
+// ends it.
 func TestRunReturnsAWrongPassword(t *testing.T) {
 	s := redistest.Start(t)
 	ctx := elCtx(t)
 	admin := s.Client(t)
 	require.NoError(t, admin.ConfigSet(ctx, "requirepass", "secret").Err())
-	wrong := redis.NewClient(&redis.Options{Addr: s.Addr, Password: "wrong"})
-	t.Cleanup(func() { wrong.Close() })
-	e := election.New(fencedlock.New(wrong), "office", election.WithTTL(time.Second))
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	start := time.Now()
-	err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
-		t.Error("fn ran with a wrong password")
-		return nil
-	})
-	require.Error(t, err)
-	assert.ErrorIs(t, err, fencedlock.ErrUnavailable)
-	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run must not campaign again until its ctx ends")
-	assert.Less(t, time.Since(start), 5*time.Second)
+	for _, password := range []string{"wrong", ""} {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: password})
+		t.Cleanup(func() { c.Close() })
+		e := election.New(fencedlock.New(c), "office", election.WithTTL(time.Second))
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+			t.Errorf("fn ran with the password %q", password)
+			return nil
+		})
+		cancel()
+		require.Error(t, err, "password %q", password)
+		assert.ErrorIs(t, err, fencedlock.ErrUnavailable, "password %q", password)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "password %q: Run must not campaign again until its ctx ends", password)
+		assert.Less(t, time.Since(start), 5*time.Second, "password %q", password)
+	}
 }
 
 // Run campaigns through an outage: started while its Redis is down, it is

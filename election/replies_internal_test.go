@@ -2,6 +2,9 @@ package election
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,4 +77,36 @@ func TestForgetDeletesOnlyItsTermsRecord(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "hash", typ, "a record of another type")
 	})
+}
+
+// replyError is an error reply of Redis, as go-redis returns it.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Run campaigns again after what may pass, and not after a refusal of
+// the client's credentials.
+func TestCampaignAgain(t *testing.T) {
+	unavailable := func(err error) error { return fmt.Errorf("%w: acquiring: %w", fencedlock.ErrUnavailable, err) }
+	for _, c := range []struct {
+		err   error
+		again bool
+	}{
+		{unavailable(replyError("OOM command not allowed when used memory > 'maxmemory'.")), true},
+		{unavailable(replyError("LOADING Redis is loading the dataset in memory")), true},
+		{unavailable(errors.New("redis: all sentinels specified in configuration are unreachable")), true},
+		{unavailable(io.EOF), true},
+		{fmt.Errorf("%w: the term ended before it was announced", fencedlock.ErrLockLost), true},
+		{fmt.Errorf("acquire: %w", fencedlock.ErrNotReplicated), true},
+		{unavailable(replyError("WRONGPASS invalid username-password pair or user is disabled.")), false},
+		{unavailable(replyError("ERR invalid password")), false},
+		{unavailable(replyError("NOAUTH Authentication required.")), false},
+		{unavailable(replyError("ERR Protocol error: unauthenticated multibulk length")), false},
+		{unavailable(replyError("NOPERM User candidate has no permissions to run the 'evalsha' command")), false},
+		{fmt.Errorf("%w: bad name", fencedlock.ErrInvalidArgument), false},
+		{fmt.Errorf("%w: counter", fencedlock.ErrCorrupt), false},
+	} {
+		assert.Equal(t, c.again, campaignAgain(c.err), "%v", c.err)
+	}
 }
