@@ -392,8 +392,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		// An announcement whose reply did not come may have written
 		// the record.
 		e.forget(rctx, lock.Token())
+		if cerr := call.Err(ctx); cerr != nil {
+			// ctx ended between the grant and the announcement, and
+			// the grant is released: not elected, as if ctx had ended
+			// while the campaign waited.
+			return nil, fmt.Errorf("election %s: campaign: %w: the context ended before the leader was announced (%v): %w", names.Quote(e.name), fencedlock.ErrNotAcquired, err, cerr)
+		}
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := call.Err(ctx); cerr != nil && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
 	return nil, fmt.Errorf("election %s: campaign: %w", names.Quote(e.name), err)
@@ -471,7 +477,8 @@ func parseRecord(s string) (Leader, bool) {
 
 // Run campaigns with value and, each time it is elected, runs fn with the
 // term, then resigns if still leader and campaigns again. It returns when
-// ctx ends, with ctx's error, or when fn returns an error while its term
+// ctx ends, with ctx's error (wrapped with its cause, if it was cancelled
+// with one), or when fn returns an error while its term
 // lasts, with that error (after resigning). A nil fn or a value longer
 // than MaxValueLen returns an error wrapping
 // [fencedlock.ErrInvalidArgument] at once.
@@ -483,7 +490,10 @@ func parseRecord(s string) (Leader, bool) {
 // returns because its term ended does not stop Run: it campaigns again.
 // So does an fn whose error matches [fencedlock.ErrStaleToken]: a store
 // holds a later term's write, so this term is over even if its heartbeat
-// has not yet found out.
+// has not yet found out. Run then pauses before it campaigns again, as
+// after a failed campaign: a store fenced above every token the Locker
+// hands out (its counter was lost; see [fencedlock.Locker.Advance])
+// refuses every term, one per pause of up to 5s, until it is advanced.
 //
 // A campaign that fails because Redis cannot be reached or cannot answer
 // ([fencedlock.ErrUnavailable]: no connection, no reply in time, a
@@ -507,29 +517,39 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	for {
 		term, err := e.Campaign(ctx, value)
 		if err != nil {
-			if cerr := ctx.Err(); cerr != nil {
+			if cerr := call.Err(ctx); cerr != nil {
 				return cerr
 			}
 			if !campaignAgain(err) {
 				return err
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
+		} else {
+			stale, err := e.serve(ctx, term, fn)
+			if err != nil {
+				return err
 			}
-			wait = min(2*wait, maxRetry)
-			continue
+			if cerr := call.Err(ctx); cerr != nil {
+				return cerr
+			}
+			if !stale {
+				wait = minRetry
+				continue
+			}
+			// A store refused the term's token: a later term wrote
+			// (the next term's token passes), or the store is fenced
+			// above every token the Locker hands out (its counter was
+			// lost; see Advance), and then every term is refused.
+			// Pausing as after a failed campaign keeps Run from
+			// campaigning again without end.
 		}
-		wait = minRetry
-		if err := e.serve(ctx, term, fn); err != nil {
-			return err
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return call.Err(ctx)
+		case <-t.C:
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
+		wait = min(2*wait, maxRetry)
 	}
 }
 
@@ -572,9 +592,11 @@ func refusedCredentials(err error) bool {
 	return false
 }
 
-// serve runs fn for term, then resigns if the term lasts. It returns fn's
-// error when fn failed while the term lasted.
-func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (err error) {
+// serve runs fn for term, then resigns if the term lasts, or forgets its
+// record if it was lost. It returns fn's error when fn failed while the
+// term lasted, and whether fn's error said that a store holds a later
+// term's write (stale).
+func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Context, *Term) error) (stale bool, err error) {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	returned := make(chan struct{})
 	go func() {
@@ -587,32 +609,42 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 	defer func() {
 		close(returned)
 		cancel(context.Canceled)
-		// Resigned by fn, this sends nothing. Lost, it ends the lock
-		// (deleting its key if the lease ran out by the local clock and
-		// a late refresh may have renewed it) and forgets the term's
-		// record. Failing, the term ends with its lease.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 		defer rcancel()
-		_ = term.Resign(rctx)
+		switch lerr := term.Err(); {
+		case lerr == nil:
+			_ = term.Resign(rctx) // failing, the term ends with its lease
+		case errors.Is(lerr, fencedlock.ErrLockLost):
+			// Lost: nothing to release (and no Release for the
+			// Observer to report as failed), but the record to forget.
+			e.forget(rctx, term.Token())
+		}
+		// Else resigned by fn, which forgot the record.
 	}()
 	ferr := fn(fnCtx, term)
+	stale = errors.Is(ferr, fencedlock.ErrStaleToken)
 	switch {
 	case ferr == nil, term.Err() != nil, ctx.Err() != nil:
-		return nil
-	case errors.Is(ferr, fencedlock.ErrStaleToken):
+		return stale, nil
+	case stale:
 		// A store holds a later term's write: this term is over, though
 		// its heartbeat may not know yet.
-		return nil
+		return true, nil
 	}
-	return ferr
+	return false, ferr
 }
 
-// redisErr is the error of a failed round trip of ctx: the ctx's cause
-// when ctx was cancelled with one before Redis answered (the caller, not
-// Redis, stopped it); [fencedlock.ErrCorrupt] when a key holds a value of
+// redisErr is the error of a failed round trip of ctx: ctx's error when
+// ctx had ended before anything was sent; the ctx's cause when ctx was
+// cancelled with one before Redis answered (the caller, not Redis,
+// stopped it); [fencedlock.ErrCorrupt] when a key holds a value of
 // another type; else [fencedlock.ErrUnavailable], with the cause (an ACL
 // refusal names the refused command).
 func redisErr(ctx context.Context, what string, err error) error {
+	var ns *call.NotSentError
+	if errors.As(err, &ns) {
+		return fmt.Errorf("election: %s: nothing sent, the context had ended: %w", what, err)
+	}
 	if cause := call.Cause(ctx); cause != nil && !call.IsReply(err) {
 		return fmt.Errorf("election: %s: stopped before Redis answered: %w", what, call.Err(ctx))
 	}

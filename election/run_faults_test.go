@@ -1,0 +1,176 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/election"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/observe"
+)
+
+// A store fenced above every token the election's Locker hands out
+// refuses each term's first fence with ErrStaleToken. Run campaigns
+// again after such a term, but after a pause, as after a failed
+// campaign: not thousands of terms a second.
+func TestRunPausesAfterAStaleTerm(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		store := fencedlock.NewRedisStore(b.Client, fencedlock.WithStorePrefix(b.Prefix))
+		require.NoError(t, store.Fence(ctx, "schedule", fencedlock.Token(1<<62)))
+		e := election.New(elLocker(b), "stale", election.WithTTL(time.Second))
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		terms := 0
+		err := e.Run(rctx, "a", func(ctx context.Context, term *election.Term) error {
+			terms++
+			return store.Fence(ctx, "schedule", term.Token())
+		})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		// Pauses of 100, 200, 400 and 800 ms fit in 2s: 5 terms.
+		assert.LessOrEqual(t, terms, 6, "terms in 2s")
+		assert.GreaterOrEqual(t, terms, 2, "terms in 2s")
+	})
+}
+
+// A campaign whose ctx is cancelled between its grant and its
+// announcement is not elected, and says so as a campaign whose ctx ended
+// while it waited: ctx's error and ErrNotAcquired, not a Redis outage.
+// The grant is released.
+func TestCampaignCancelledAfterItsGrantIsNotAnOutage(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
+			if ev.Kind == observe.AcquireEnd && ev.Outcome == observe.Acquired {
+				cancel() // a shutdown begins right then
+			}
+			return ctx
+		})
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+		e := election.New(l, "cancelled", election.WithTTL(10*time.Second))
+		_, err := e.Campaign(cctx, "a")
+		require.ErrorIs(t, err, context.Canceled)
+		assert.ErrorIs(t, err, fencedlock.ErrNotAcquired)
+		assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, "a caller's cancel reported as a Redis outage")
+		_, err = e.Leader(ctx)
+		assert.ErrorIs(t, err, election.ErrNoLeader, "the grant was not released")
+		lockKey, record, _ := elKeys(l, "cancelled")
+		n, err := b.Client.Exists(ctx, lockKey, record).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the lock or a record stayed")
+	})
+}
+
+// Leader with a ctx that has ended sends nothing and says so: ctx's
+// error, not a Redis outage.
+func TestLeaderWithAnEndedCtxSendsNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		e := election.New(elLocker(b), "ended")
+		cctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := e.Leader(cctx)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, fencedlock.ErrUnavailable, "a caller's cancel reported as a Redis outage")
+	})
+}
+
+// Run stopped by a ctx cancelled with a cause returns an error that
+// wraps the cause, and ctx's error.
+func TestRunKeepsItsCtxsCause(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		e := election.New(elLocker(b), "cause", election.WithTTL(time.Second))
+		holder, err := e.Campaign(ctx, "holder")
+		require.NoError(t, err)
+		defer holder.Resign(ctx)
+		shutdown := errors.New("shutdown: SIGTERM")
+		rctx, cancel := context.WithCancelCause(ctx)
+		time.AfterFunc(100*time.Millisecond, func() { cancel(shutdown) })
+		err = e.Run(rctx, "b", func(context.Context, *election.Term) error { return nil })
+		assert.ErrorIs(t, err, shutdown, "Run lost its ctx's cause")
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+// A term that Run loses is not reported to the Locker's Observer as a
+// failed Release: nobody released it.
+func TestRunDoesNotReportALostTermAsAFailedRelease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := elCtx(t)
+		var mu sync.Mutex
+		var releases []error
+		obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
+			if ev.Kind == observe.ReleaseEnd {
+				mu.Lock()
+				releases = append(releases, ev.Err)
+				mu.Unlock()
+			}
+			return ctx
+		})
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+		lockKey, record, _ := elKeys(l, "lost")
+		e := election.New(l, "lost", election.WithTTL(600*time.Millisecond))
+		rctx, cancel := context.WithCancel(ctx)
+		err := e.Run(rctx, "a", func(fctx context.Context, term *election.Term) error {
+			require.NoError(t, b.Client.Del(ctx, lockKey).Err())
+			<-fctx.Done()
+			cancel()
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rerr := range releases {
+			assert.NoError(t, rerr, "a lost term reported as a failed Release")
+		}
+		n, err := b.Client.Exists(ctx, record).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the lost term's record stayed")
+	})
+}
+
+// MISCONF: Redis refuses writes after a failed background save (a fork
+// that failed for memory, a full disk) and takes them again once a later
+// save succeeds. Run rides it out, as an outage.
+func TestRunRidesOutMisconf(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := elCtx(t)
+	admin := s.Client(t)
+	dir, err := admin.ConfigGet(ctx, "dir").Result()
+	require.NoError(t, err)
+	// A save whose rename fails: its target is a directory, not empty.
+	blocked := filepath.Join(dir["dir"], "dump.rdb")
+	require.NoError(t, os.MkdirAll(filepath.Join(blocked, "x"), 0o755))
+	require.NoError(t, admin.ConfigSet(ctx, "save", "3600 1").Err())
+	require.NoError(t, admin.BgSave(ctx).Err())
+	require.Eventually(t, func() bool {
+		return admin.Set(ctx, "probe", "1", 0).Err() != nil
+	}, 5*time.Second, 20*time.Millisecond, "no MISCONF")
+
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	e := election.New(fencedlock.New(c), "office", election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() {
+		ran <- e.Run(rctx, "run", func(context.Context, *election.Term) error { return errors.New("elected") })
+	}()
+	// The disk frees up; the next save succeeds.
+	time.Sleep(time.Second)
+	require.NoError(t, os.RemoveAll(blocked))
+	require.NoError(t, admin.BgSave(ctx).Err())
+	assert.EqualError(t, <-ran, "elected", "Run gave up on a MISCONF that a pause ended")
+}
