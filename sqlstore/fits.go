@@ -65,8 +65,9 @@ func (s *Store) checkErr(ctx context.Context, err error) error {
 
 // column is what the checks of New read of one of the Store's columns.
 type column struct {
-	typ     string // as the catalog shows it: "bigint", "TEXT", "" for none
-	notNull bool
+	typ        string // as the catalog shows it: "bigint", "TEXT", "" for none
+	notNull    bool
+	hasDefault bool // a default other than NULL
 }
 
 // unfit is the error for a column whose type the Store cannot trust.
@@ -77,6 +78,25 @@ func (s *Store) unfit(name, shown, want string) error {
 // nullable is the error for a fence column without NOT NULL.
 func (s *Store) nullable(name string) error {
 	return fmt.Errorf("sqlstore: table %s: column %s may be NULL; the Store needs it NOT NULL, as every row has a fence", s.table, name)
+}
+
+// valueless checks the columns of a value, which a row that Fence or Tx
+// makes has not yet: value and value_token must take NULL there, and
+// value_token must have no default, which would make the row's missing
+// value look written (a token of 0, not a token, or a made-up one).
+func (s *Store) valueless(value, valueToken column) error {
+	for _, c := range []struct {
+		name string
+		column
+	}{{"value", value}, {"value_token", valueToken}} {
+		if c.notNull {
+			return fmt.Errorf("sqlstore: table %s: column %s is NOT NULL; the Store needs it to take NULL, as a row that Fence or Tx makes has no value yet", s.table, c.name)
+		}
+	}
+	if valueToken.hasDefault {
+		return fmt.Errorf("sqlstore: table %s: column value_token has a default; the Store needs none, as a row that Fence or Tx makes has no value, and so no value token, yet", s.table)
+	}
+	return nil
 }
 
 // The PostgreSQL types the Store needs, by their OIDs, which are fixed
@@ -100,7 +120,7 @@ const (
 func (s *Store) fitsPostgres(ctx context.Context) error {
 	// to_jsonb(c) ->> 'collisdeterministic' is NULL before PostgreSQL
 	// 12, whose collations are all deterministic.
-	rows, err := s.db.QueryContext(ctx, `SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+	rows, err := s.db.QueryContext(ctx, `SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef,
 	COALESCE((to_jsonb(c) ->> 'collisdeterministic')::boolean, true)
 FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -117,7 +137,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 	for rows.Next() {
 		var name string
 		var c pgColumn
-		if err := rows.Scan(&name, &c.oid, &c.mod, &c.typ, &c.notNull, &c.deterministic); err != nil {
+		if err := rows.Scan(&name, &c.oid, &c.mod, &c.typ, &c.notNull, &c.hasDefault, &c.deterministic); err != nil {
 			rows.Close()
 			return s.checkErr(ctx, err)
 		}
@@ -145,6 +165,9 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 	}
 	if !cols["fence"].notNull {
 		return s.nullable("fence")
+	}
+	if err := s.valueless(cols["value"].column, cols["value_token"].column); err != nil {
+		return err
 	}
 	var loose int
 	err = s.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_index i
@@ -224,7 +247,7 @@ func (s *Store) fitsSQLite(ctx context.Context) error {
 	if schema != "" {
 		args, schemaArg = append(args, schema), ", ?2"
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT name, type, "notnull" FROM pragma_table_info(?1`+schemaArg+`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, type, "notnull", dflt_value IS NOT NULL AND upper(dflt_value) <> 'NULL' FROM pragma_table_info(?1`+schemaArg+`)
 WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	if err != nil {
 		return s.checkErr(ctx, err)
@@ -233,7 +256,7 @@ WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	for rows.Next() {
 		var name string
 		var c column
-		if err := rows.Scan(&name, &c.typ, &c.notNull); err != nil {
+		if err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDefault); err != nil {
 			rows.Close()
 			return s.checkErr(ctx, err)
 		}
@@ -261,6 +284,9 @@ WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	}
 	if !cols["fence"].notNull {
 		return s.nullable("fence")
+	}
+	if err := s.valueless(cols["value"], cols["value_token"]); err != nil {
+		return err
 	}
 
 	// The collation of resource, told by how it compares: a UNION takes

@@ -261,16 +261,20 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		return fmt.Errorf("sqlstore: table %s is not an InnoDB table (its engine: %q): Put and Tx need InnoDB's transactions and row locks", s.table, engine.String)
 	}
 
-	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), IS_NULLABLE FROM information_schema.COLUMNS`+where, db, name)
+	// MariaDB shows a column's default of NULL as 'NULL', MySQL as NULL.
+	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), IS_NULLABLE,
+	COLUMN_DEFAULT IS NOT NULL AND UPPER(COLUMN_DEFAULT) <> 'NULL' FROM information_schema.COLUMNS`+where, db, name)
 	if err != nil {
 		return trouble(err)
 	}
 	types := make(map[string]string)
 	nullable := make(map[string]bool)
+	defaults := make(map[string]bool)
 	for rows.Next() {
 		var column, dataType, null string
 		var length int64
-		if err := rows.Scan(&column, &dataType, &length, &null); err != nil {
+		var hasDefault bool
+		if err := rows.Scan(&column, &dataType, &length, &null, &hasDefault); err != nil {
 			rows.Close()
 			return trouble(err)
 		}
@@ -280,6 +284,7 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		}
 		types[column] = dataType
 		nullable[column] = strings.EqualFold(null, "YES")
+		defaults[column] = hasDefault
 	}
 	if err := rows.Err(); err != nil {
 		return trouble(err)
@@ -296,6 +301,9 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 	}
 	if nullable["fence"] {
 		return s.nullable("fence")
+	}
+	if err := s.valueless(column{notNull: !nullable["value"]}, column{notNull: !nullable["value_token"], hasDefault: defaults["value_token"]}); err != nil {
+		return err
 	}
 
 	rows, err = s.db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS`+where+` AND NON_UNIQUE = 0`, db, name)
