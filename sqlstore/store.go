@@ -214,8 +214,9 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
 // wrapped; the table may then exist or not. A database that cannot be
 // reached, or does not answer before ctx ends, gives an error wrapping
 // [fencedlock.ErrUnavailable] and the cause (see Store.Put), or, when ctx
-// ended with a cause, the cause and ctx.Err() (and nothing is sent when
-// it had ended so before the call); NewContext returns by ctx's
+// ended with a cause, the cause and ctx.Err(). A ctx that had ended
+// before the call sends nothing, and gives ctx.Err() as it is, or the
+// cause and ctx.Err(), as Store.Put does. NewContext returns by ctx's
 // deadline whatever the driver does, and the work it leaves in the
 // background ends when the database answers or the connection closes.
 func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
@@ -237,7 +238,7 @@ func NewContext(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*St
 	if schema := tempSchema(d, c.table); schema != "" {
 		return nil, fmt.Errorf("%w: sqlstore: table name %q: %q is the schema of a connection's own temporary tables, which the other connections do not see", fencedlock.ErrInvalidArgument, c.table, schema)
 	}
-	if cause(ctx) != nil {
+	if ctx.Err() != nil {
 		return nil, notSent(ctx, "new: table "+c.table, "")
 	}
 	s := &Store{db: db, dialect: d, table: c.table, q: newQueries(d, c.table)}
