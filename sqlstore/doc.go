@@ -91,7 +91,9 @@
 //     was lost. Nothing was written (Tx did not call fn), and the fence
 //     was not raised. Acquire again, read again, redo.
 //   - [fencedlock.ErrUnavailable]: the database could not be reached, the
-//     connection broke, or ctx ended while the database worked. A Put may
+//     connection broke, it took no writes (a standby or read-only
+//     replica, as during a failover), or ctx ended while the database
+//     worked. A Put may
 //     or may not have happened, or may still happen; a Fence may or may
 //     not have raised the fence; a Tx committed nothing. The fence check
 //     holds all the same. Retry later.
@@ -126,11 +128,13 @@
 //
 // Besides network errors, driver.ErrBadConn, sql.ErrConnDone, io.EOF and
 // io.ErrUnexpectedEOF, these database errors count as ErrUnavailable: a
-// SQLSTATE of class 08, 57P01-57P03 or 53300 (from a driver error with a
-// SQLState() string method, as lib/pq's and pgx's have); in MySQL, the
-// server errors 1040, 1053, 1152, 1158-1161, 1203, 1226, 1927, 3032, 3169
-// and 4031, the client errors 2002, 2003, 2006, 2013 and 2055, and
-// go-sql-driver/mysql's ErrInvalidConn. SQLite's own errors (SQLITE_BUSY
+// SQLSTATE of class 08, 57P01-57P03, 53300 or 25006 (a read-only
+// transaction: a standby, as during a failover) (from a driver error with
+// a SQLState() string method, as lib/pq's and pgx's have); in MySQL, the
+// server errors 1040, 1053, 1152, 1158-1161, 1203, 1226, 1290 and 1836
+// (read-only: a replica), 1927, 3032, 3169 and 4031, the client errors
+// 2002, 2003, 2006, 2013 and 2055, and go-sql-driver/mysql's
+// ErrInvalidConn. SQLite's own errors (SQLITE_BUSY
 // at the busy timeout, a file that cannot be opened) are wrapped as they
 // are. See https://github.com/fencedlock/fencedlock/blob/main/docs/errors.md
 // for the errors of the whole library.

@@ -27,7 +27,10 @@ type sqlStater interface{ SQLState() string }
 // connection closed mid-answer, or a SQLSTATE of connection trouble
 // (class 08 connection exception, 57P01-57P03 the server shutting down
 // or not accepting connections yet, 53300 too many connections), or a
-// MySQL error of the kind (see mysqlConnectionErrors). Errors about the
+// MySQL error of the kind (see mysqlConnectionErrors); or that the
+// server takes no writes now: a standby or a read-only replica, as
+// behind a proxy during a failover (SQLSTATE 25006, a read-only
+// transaction; MySQL's 1290 and 1836). Errors about the
 // data (a constraint, a syntax error, a serialization failure, a
 // deadlock, a lock wait timeout) are not connection trouble.
 func connectionTrouble(err error) bool {
@@ -44,7 +47,7 @@ func connectionTrouble(err error) bool {
 		code := state.SQLState()
 		return strings.HasPrefix(code, "08") ||
 			code == "57P01" || code == "57P02" || code == "57P03" ||
-			code == "53300"
+			code == "53300" || code == "25006"
 	}
 	if n := mysqlErrorNumber(err); n != 0 {
 		return mysqlConnectionErrors[n]
@@ -69,6 +72,8 @@ var mysqlConnectionErrors = map[uint16]bool{
 	1161: true, // ER_NET_WRITE_INTERRUPTED
 	1203: true, // ER_TOO_MANY_USER_CONNECTIONS: max_user_connections
 	1226: true, // ER_USER_LIMIT_REACHED: an account's connection or query quota
+	1290: true, // ER_OPTION_PREVENTS_STATEMENT: the server runs with read_only (or super_read_only): a replica, as behind a proxy during a failover (the other options it names refuse no statement of the Store)
+	1836: true, // ER_READ_ONLY_MODE (MySQL): the server is in read-only mode
 	1927: true, // ER_CONNECTION_KILLED (MariaDB): KILL ended the connection
 	3032: true, // ER_SERVER_OFFLINE_MODE
 	3169: true, // ER_SESSION_WAS_KILLED (MySQL)

@@ -43,6 +43,7 @@ func TestConnectionTrouble(t *testing.T) {
 		{stateErr("57P02"), true},         // crash_shutdown
 		{stateErr("57P03"), true},         // cannot_connect_now
 		{stateErr("53300"), true},         // too_many_connections
+		{&pq.Error{Code: "25006"}, true},  // read_only_sql_transaction: a standby
 		{&pq.Error{Code: "23505"}, false}, // unique_violation
 		{&pq.Error{Code: "40001"}, false}, // serialization_failure
 		{&pq.Error{Code: "57014"}, false}, // query_canceled
@@ -54,6 +55,8 @@ func TestConnectionTrouble(t *testing.T) {
 		{mysql.ErrInvalidConn, true},
 		{fmt.Errorf("commit: %w", mysql.ErrInvalidConn), true},
 		{&mysql.MySQLError{Number: 1040}, true},                        // too many connections
+		{&mysql.MySQLError{Number: 1290}, true},                        // read_only: a replica
+		{&mysql.MySQLError{Number: 1836}, true},                        // read-only mode (MySQL)
 		{&mysql.MySQLError{Number: 1053}, true},                        // server shutdown; KILL in MySQL
 		{&mysql.MySQLError{Number: 1927}, true},                        // connection killed (MariaDB)
 		{&mysql.MySQLError{Number: 3169}, true},                        // session killed (MySQL)

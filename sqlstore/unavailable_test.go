@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/sqlstore"
 )
 
@@ -510,4 +511,45 @@ func TestStalledCallsStoppedWithCause(t *testing.T) {
 		e.expectIdle()
 		e.expectNotes("r", "five")
 	})
+}
+
+// A PostgreSQL that takes no writes (a standby; here a session whose
+// transactions are read-only by default, whose writes PostgreSQL refuses
+// with the same SQLSTATE) makes a write ErrUnavailable, with the
+// database's error:
+// behind a proxy during a failover, it passes once the proxy reaches the
+// new primary.
+func TestPostgresReadOnlyIsUnavailable(t *testing.T) {
+	b := postgresBackend(t)
+	table := b.name(t, "fences")
+	s, err := sqlstore.New(b.db, sqlstore.Postgres, sqlstore.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := s.Put(ctx, "r", 5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := sql.Open("postgres", pgtest.Shared(t).DSN("")+" default_transaction_read_only=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	rs, err := sqlstore.New(ro, sqlstore.Postgres, sqlstore.WithTable(table), sqlstore.WithCreateTable(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, err := range map[string]error{
+		"Put":   rs.Put(ctx, "r", 6, []byte("six")),
+		"Fence": rs.Fence(ctx, "r", 7),
+		// (Not Tx: its transaction is READ WRITE, which a read-only
+		// default does not refuse; a standby does, with 25006 too.)
+	} {
+		if !errors.Is(err, fencedlock.ErrUnavailable) || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("%s on a read-only database = %v; want ErrUnavailable with the database's error", what, err)
+		}
+	}
+	if v, tok, err := rs.Get(ctx, "r"); err != nil || string(v) != "five" || tok != 5 {
+		t.Errorf("Get = (%q, %d, %v); want (\"five\", 5, nil): reads pass, nothing written", v, tok, err)
+	}
 }
