@@ -174,8 +174,10 @@
 // "10" below "9", and the Store would accept stale writes and lose
 // acknowledged ones. The table must have these columns, fence NOT NULL,
 // value and value_token taking NULL (a row that Fence makes has a fence
-// and no value yet), value_token with no default, and a primary key or
-// unique constraint on resource alone; and
+// and no value yet), value_token with no default, none of them generated
+// (in SQLite, none but resource in the primary key either, where an
+// INTEGER PRIMARY KEY is the rowid, which SQLite fills in), and a primary
+// key or unique constraint on resource alone; and
 //
 //   - in PostgreSQL, fence and value_token bigint, value bytea, and
 //     resource text, or varchar of at least 1024 characters, with a

@@ -68,6 +68,15 @@ type column struct {
 	typ        string // as the catalog shows it: "bigint", "TEXT", "" for none
 	notNull    bool
 	hasDefault bool // a default other than NULL
+	made       bool // generated from other columns, or SQLite's rowid (an INTEGER PRIMARY KEY)
+}
+
+// columnNames are the Store's columns.
+var columnNames = [...]string{"resource", "fence", "value", "value_token"}
+
+// made is the error for a column whose values the database makes.
+func (s *Store) made(name, how string) error {
+	return fmt.Errorf("sqlstore: table %s: column %s is %s; the Store needs to write its values itself", s.table, name, how)
 }
 
 // unfit is the error for a column whose type the Store cannot trust.
@@ -120,7 +129,10 @@ const (
 func (s *Store) fitsPostgres(ctx context.Context) error {
 	// to_jsonb(c) ->> 'collisdeterministic' is NULL before PostgreSQL
 	// 12, whose collations are all deterministic.
+	// to_jsonb(a) ->> 'attgenerated' is NULL before PostgreSQL 12, which
+	// has no generated columns, and '' for a column not generated.
 	rows, err := s.db.QueryContext(ctx, `SELECT a.attname, a.atttypid::bigint, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef,
+	COALESCE(to_jsonb(a) ->> 'attgenerated', '') <> '',
 	COALESCE((to_jsonb(c) ->> 'collisdeterministic')::boolean, true)
 FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
@@ -137,7 +149,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 	for rows.Next() {
 		var name string
 		var c pgColumn
-		if err := rows.Scan(&name, &c.oid, &c.mod, &c.typ, &c.notNull, &c.hasDefault, &c.deterministic); err != nil {
+		if err := rows.Scan(&name, &c.oid, &c.mod, &c.typ, &c.notNull, &c.hasDefault, &c.made, &c.deterministic); err != nil {
 			rows.Close()
 			return s.checkErr(ctx, err)
 		}
@@ -145,6 +157,11 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 	}
 	if err := rows.Err(); err != nil {
 		return s.checkErr(ctx, err)
+	}
+	for _, name := range columnNames {
+		if cols[name].made {
+			return s.made(name, "a generated column")
+		}
 	}
 	const why = ": tokens must compare as numbers"
 	for _, name := range []string{"fence", "value_token"} {
@@ -247,7 +264,11 @@ func (s *Store) fitsSQLite(ctx context.Context) error {
 	if schema != "" {
 		args, schemaArg = append(args, schema), ", ?2"
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT name, type, "notnull", dflt_value IS NOT NULL AND upper(dflt_value) <> 'NULL' FROM pragma_table_info(?1`+schemaArg+`)
+	// table_xinfo, unlike table_info, shows generated columns (hidden 2
+	// or 3). A column other than resource in the primary key may be the
+	// rowid (an INTEGER PRIMARY KEY), which SQLite fills in itself.
+	rows, err := s.db.QueryContext(ctx, `SELECT name, type, "notnull", dflt_value IS NOT NULL AND upper(dflt_value) <> 'NULL',
+	hidden <> 0 OR (pk > 0 AND lower(name) <> 'resource') FROM pragma_table_xinfo(?1`+schemaArg+`)
 WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	if err != nil {
 		return s.checkErr(ctx, err)
@@ -256,7 +277,7 @@ WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	for rows.Next() {
 		var name string
 		var c column
-		if err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDefault); err != nil {
+		if err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDefault, &c.made); err != nil {
 			rows.Close()
 			return s.checkErr(ctx, err)
 		}
@@ -264,6 +285,11 @@ WHERE name IN ('resource', 'fence', 'value', 'value_token')`, args...)
 	}
 	if err := rows.Err(); err != nil {
 		return s.checkErr(ctx, err)
+	}
+	for _, name := range columnNames {
+		if cols[name].made {
+			return s.made(name, "a generated column, or in the primary key, where an INTEGER PRIMARY KEY is the rowid")
+		}
 	}
 	shown := func(c column) string {
 		if c.typ == "" {

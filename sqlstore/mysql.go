@@ -263,18 +263,20 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 
 	// MariaDB shows a column's default of NULL as 'NULL', MySQL as NULL.
 	rows, err := s.db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), IS_NULLABLE,
-	COLUMN_DEFAULT IS NOT NULL AND UPPER(COLUMN_DEFAULT) <> 'NULL' FROM information_schema.COLUMNS`+where, db, name)
+	COLUMN_DEFAULT IS NOT NULL AND UPPER(COLUMN_DEFAULT) <> 'NULL', COALESCE(GENERATION_EXPRESSION, '') <> ''
+	FROM information_schema.COLUMNS`+where, db, name)
 	if err != nil {
 		return trouble(err)
 	}
 	types := make(map[string]string)
 	nullable := make(map[string]bool)
 	defaults := make(map[string]bool)
+	var made string // the first generated column
 	for rows.Next() {
 		var column, dataType, null string
 		var length int64
-		var hasDefault bool
-		if err := rows.Scan(&column, &dataType, &length, &null, &hasDefault); err != nil {
+		var hasDefault, generated bool
+		if err := rows.Scan(&column, &dataType, &length, &null, &hasDefault, &generated); err != nil {
 			rows.Close()
 			return trouble(err)
 		}
@@ -285,9 +287,15 @@ func (s *Store) fitsMySQL(ctx context.Context) error {
 		types[column] = dataType
 		nullable[column] = strings.EqualFold(null, "YES")
 		defaults[column] = hasDefault
+		if generated && made == "" {
+			made = column
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return trouble(err)
+	}
+	if made != "" {
+		return s.made(made, "a generated column")
 	}
 	for _, c := range []struct{ column, want, why string }{
 		{"resource", "varbinary", fmt.Sprintf("VARBINARY(%d) or longer: names are compared byte for byte (a character type's collation may ignore case, accents or trailing spaces) and none is cut short", maxResourceBytes)},

@@ -267,6 +267,8 @@ func TestMySQLNewChecksTable(t *testing.T) {
 		{"value not null", strings.Join([]string{resource + " PRIMARY KEY", fence, "value LONGBLOB NOT NULL", token}, ", "), "", "column value is NOT NULL"},
 		{"value_token default", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token BIGINT DEFAULT 0"}, ", "), "", "column value_token has a default"},
 		{"value_token default null", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token BIGINT DEFAULT NULL"}, ", "), "", ""},
+		{"generated value_token", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token BIGINT AS (fence) STORED"}, ", "), "", "column value_token is a generated column"},
+		{"virtual value_token", strings.Join([]string{resource + " PRIMARY KEY", fence, value, "value_token BIGINT AS (fence) VIRTUAL"}, ", "), "", "column value_token is a generated column"},
 		{"prefix key", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource(16))"}, ", "), "", "no primary key or unique constraint on resource alone (whole, not a prefix)"},
 		{"key of two columns", strings.Join([]string{resource, fence, value, token, "PRIMARY KEY (resource, fence)"}, ", "), "", "no primary key or unique constraint on resource alone"},
 		{"no key", strings.Join([]string{resource, fence, value, token, "KEY (resource)"}, ", "), "", "no primary key or unique constraint on resource alone"},

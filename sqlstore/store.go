@@ -810,14 +810,17 @@ func (s *Store) txOn(ctx context.Context, conn *sql.Conn, discard *bool, resourc
 // err. database/sql returns sql.ErrTxDone when it rolled the transaction
 // back itself, ctx having ended, before it sent the COMMIT; a database
 // that answered with an error (SQLite's SQLITE_BUSY, a deferred
-// constraint of PostgreSQL) committed nothing. Otherwise, after a broken
+// constraint of PostgreSQL, a MySQL server turned read-only) committed
+// nothing. Otherwise, after a broken
 // connection or with ctx ended, the COMMIT may have been sent and
 // carried out: the error of commitUnknown. (database/sql also returns
 // ctx.Err() without sending when ctx ended just before the commit, which
 // a driver may return after sending too: that counts as unknown.)
 func commitErr(ctx context.Context, resource string, err error) error {
 	switch {
-	case errors.Is(err, sql.ErrTxDone):
+	case errors.Is(err, sql.ErrTxDone), readOnly(err):
+		// Rolled back: by database/sql, or by a server that turned
+		// read-only while the transaction was open.
 		return dbErr(ctx, "tx", resource, "commit: ", err)
 	case ctx.Err() != nil || connectionTrouble(err):
 		return commitUnknown(ctx, "tx", resource, err)

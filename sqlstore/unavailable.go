@@ -28,9 +28,7 @@ type sqlStater interface{ SQLState() string }
 // (class 08 connection exception, 57P01-57P03 the server shutting down
 // or not accepting connections yet, 53300 too many connections), or a
 // MySQL error of the kind (see mysqlConnectionErrors); or that the
-// server takes no writes now: a standby or a read-only replica, as
-// behind a proxy during a failover (SQLSTATE 25006, a read-only
-// transaction; MySQL's 1290 and 1836). Errors about the
+// server takes no writes now (readOnly). Errors about the
 // data (a constraint, a syntax error, a serialization failure, a
 // deadlock, a lock wait timeout) are not connection trouble.
 func connectionTrouble(err error) bool {
@@ -43,17 +41,43 @@ func connectionTrouble(err error) bool {
 		errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF):
 		return true
+	case readOnly(err):
+		return true
 	case errors.As(err, &state):
 		code := state.SQLState()
 		return strings.HasPrefix(code, "08") ||
 			code == "57P01" || code == "57P02" || code == "57P03" ||
-			code == "53300" || code == "25006"
+			code == "53300"
 	}
 	if n := mysqlErrorNumber(err); n != 0 {
 		return mysqlConnectionErrors[n]
 	}
 	return hasMessage(err, mysqlInvalidConn)
 }
+
+// readOnly reports whether err says that the server takes no writes now:
+// a standby or a read-only replica, as behind a proxy during a failover
+// (SQLSTATE 25006, a read-only transaction; MySQL's 1290, read_only or
+// super_read_only, and 1836, read-only mode). The statement, or the
+// COMMIT, that got it wrote nothing: MySQL checks read_only again at
+// COMMIT, and rolls the transaction back.
+func readOnly(err error) bool {
+	var state sqlStater
+	if errors.As(err, &state) {
+		return state.SQLState() == "25006"
+	}
+	switch mysqlErrorNumber(err) {
+	case erOptionPreventsStatement, erReadOnlyMode:
+		return true
+	}
+	return false
+}
+
+// The MySQL error numbers of readOnly.
+const (
+	erOptionPreventsStatement = 1290 // ER_OPTION_PREVENTS_STATEMENT: the server runs with read_only or super_read_only (the other options it names refuse no statement of the Store)
+	erReadOnlyMode            = 1836 // ER_READ_ONLY_MODE (MySQL)
+)
 
 // mysqlConnectionErrors are the MySQL and MariaDB error numbers that say
 // the server is going away, or does not take the connection, or that the
@@ -72,8 +96,6 @@ var mysqlConnectionErrors = map[uint16]bool{
 	1161: true, // ER_NET_WRITE_INTERRUPTED
 	1203: true, // ER_TOO_MANY_USER_CONNECTIONS: max_user_connections
 	1226: true, // ER_USER_LIMIT_REACHED: an account's connection or query quota
-	1290: true, // ER_OPTION_PREVENTS_STATEMENT: the server runs with read_only (or super_read_only): a replica, as behind a proxy during a failover (the other options it names refuse no statement of the Store)
-	1836: true, // ER_READ_ONLY_MODE (MySQL): the server is in read-only mode
 	1927: true, // ER_CONNECTION_KILLED (MariaDB): KILL ended the connection
 	3032: true, // ER_SERVER_OFFLINE_MODE
 	3169: true, // ER_SESSION_WAS_KILLED (MySQL)

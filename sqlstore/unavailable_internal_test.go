@@ -296,3 +296,26 @@ func TestCommitErr(t *testing.T) {
 		}
 	}
 }
+
+// A COMMIT refused because the server turned read-only while the
+// transaction was open (MySQL checks read_only again at COMMIT, and rolls
+// back) committed nothing: ErrUnavailable, not ErrCommitUnknown. A
+// connection that broke during the COMMIT leaves it unknown.
+func TestCommitRefusedAsReadOnlyCommittedNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, err := range []error{
+		&mysql.MySQLError{Number: 1290, Message: "The MariaDB server is running with the --read-only option so it cannot execute this statement"},
+		&mysql.MySQLError{Number: 1836, Message: "Running in read-only mode"},
+		&pq.Error{Code: "25006"},
+	} {
+		got := commitErr(ctx, "r", err)
+		if !errors.Is(got, fencedlock.ErrUnavailable) || errors.Is(got, ErrCommitUnknown) || !errors.Is(got, err) {
+			t.Errorf("commitErr(%v) = %v; want ErrUnavailable with the error, not ErrCommitUnknown", err, got)
+		}
+	}
+	for _, err := range []error{io.ErrUnexpectedEOF, &mysql.MySQLError{Number: 2013}} {
+		if got := commitErr(ctx, "r", err); !errors.Is(got, ErrCommitUnknown) {
+			t.Errorf("commitErr(%v) = %v; want ErrCommitUnknown", err, got)
+		}
+	}
+}
