@@ -42,7 +42,9 @@
 //   - [Term.Done] closed, [Term.Err] or fn's [context.Cause] matching
 //     [fencedlock.ErrLockLost]: the term ended. Stop the leader's work.
 //   - [fencedlock.ErrUnavailable]: Redis could not be reached or did not
-//     answer in time. Try again later (Run does).
+//     answer in time. Try again later (Run does), unless it wraps Redis's
+//     refusal of the client's credentials or of a command to its ACL
+//     user, which Run returns: no pause ends those.
 //   - [fencedlock.ErrNotAcquired] with ctx's error: Campaign's ctx ended
 //     before it was elected. It left no trace in the line.
 //   - [ErrNoLeader]: the office is vacant.
@@ -86,13 +88,13 @@
 // counter and queue) plus a leader record holding the leader's token and
 // value, all in the name's hash slot, and announces new leaders on a
 // classic pub/sub channel. [Term.Resign] deletes the term's record once
-// the term has ended (Run resigns every term it ends, lost ones too); a
-// record left by a term that ended otherwise (its process died) is
-// overwritten by the next leader's, or expires once the election has
-// been idle for [fencedlock.DefaultIdleExpiry]. A term checks its record every
-// heartbeat interval, in one script call that writes only when it must,
-// and writes it again, and announces it again, when it was lost (deleted,
-// evicted). Candidates wait in line as the Locker's waiters do: see
+// the term has ended, and Run deletes the record of every term it ends,
+// lost ones too; a record left by a term that ended otherwise (its
+// process died) is overwritten by the next leader's, or expires once the
+// election has been idle for [fencedlock.DefaultIdleExpiry]. A term
+// checks its record every heartbeat interval, in one script call that
+// writes only when it must, and writes it again, and announces it again,
+// when it was lost (deleted, evicted). Candidates wait in line as the Locker's waiters do: see
 // https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md and
 // https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 //

@@ -499,9 +499,10 @@ func parseRecord(s string) (Leader, bool) {
 // ([fencedlock.ErrUnavailable]: no connection, no reply in time, a
 // restart or failover under way, out of memory), or whose grant was lost
 // or not confirmed by replicas, is tried again after a pause that grows
-// to 5s. Any other campaign error is returned, and so is Redis's refusal
-// of the client's credentials (a wrong password, none given) or of a
-// command to its ACL user, though they match [fencedlock.ErrUnavailable]
+// to 5s. Any other campaign error is returned, and so are Redis's
+// refusal of the client's credentials (a wrong password, none given, one
+// given to a server without) or of a command to its ACL user, and a
+// closed client's error, though they match [fencedlock.ErrUnavailable]
 // too: no pause ends them.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
@@ -557,12 +558,16 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // that failed with err: Redis could not be reached or could not answer
 // (ErrUnavailable), or the term was lost or not confirmed by replicas
 // before it began. Not for Redis's refusal of the client's credentials
-// or of a command to its ACL user: they stay until an operator acts, and
-// campaigning again for ever would hide them. (Any other ErrUnavailable
+// or of a command to its ACL user, nor for a client closed: they stay
+// until an operator (or the program) acts, and campaigning again for
+// ever would hide them. (Any other ErrUnavailable
 // is tried again: an outage, a failover or a full memory may pass, and
 // a client's errors on the way, such as a Sentinel client's, are not
 // all known here.)
 func campaignAgain(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return false // the client is closed for good
+	}
 	if errors.Is(err, fencedlock.ErrUnavailable) {
 		return script.Refusal(err, "", "") == nil && !refusedCredentials(err)
 	}
@@ -571,10 +576,12 @@ func campaignAgain(err error) bool {
 
 // credentialRefusals start Redis's error replies to a client whose
 // credentials it refuses: a wrong password (Redis 6 and later, and
+// before), one given to a server that has none (Redis 6 and later, and
 // before), none where one is needed (NOAUTH, or, for a command of many
 // arguments such as a script's, Redis 7's protocol error before it
 // closes the connection), a user that may not run a command.
-var credentialRefusals = [...]string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR invalid password", "ERR invalid username-password pair", "ERR Protocol error: unauthenticated"}
+var credentialRefusals = [...]string{"WRONGPASS", "ERR invalid password", "ERR invalid username-password pair",
+	"ERR AUTH", "ERR Client sent AUTH", "NOAUTH", "ERR Protocol error: unauthenticated", "NOPERM"}
 
 // refusedCredentials reports whether err holds one of Redis's
 // credentialRefusals.

@@ -484,6 +484,37 @@ func TestRunReturnsAWrongPassword(t *testing.T) {
 	}
 }
 
+// Run returns at once, instead of campaigning again until its ctx ends,
+// with a client that is closed, or that gives a password to a server
+// that has none, where the server refuses it (Redis before 6; later
+// ones take any password for a default user without one).
+func TestRunReturnsWhatNoPauseEnds(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := elCtx(t)
+	closed := redis.NewClient(&redis.Options{Addr: s.Addr})
+	closed.Close()
+	clients := map[string]*redis.Client{"a closed client": closed}
+	unwanted := redis.NewClient(&redis.Options{Addr: s.Addr, Password: "secret"})
+	t.Cleanup(func() { unwanted.Close() })
+	if err := unwanted.Ping(ctx).Err(); err != nil {
+		t.Logf("the server refuses a password: %v", err)
+		clients["a password to a server without one"] = unwanted
+	}
+	for what, c := range clients {
+		e := election.New(fencedlock.New(c), "office", election.WithTTL(time.Second))
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+			t.Errorf("%s: fn ran", what)
+			return nil
+		})
+		cancel()
+		require.Error(t, err, what)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s: Run must not campaign again until its ctx ends", what)
+		assert.Less(t, time.Since(start), 5*time.Second, what)
+	}
+}
+
 // Run campaigns through an outage: started while its Redis is down, it is
 // elected once the server is back.
 func TestRunCampaignsThroughAnOutage(t *testing.T) {

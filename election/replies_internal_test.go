@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -103,6 +104,9 @@ func TestCampaignAgain(t *testing.T) {
 		{unavailable(replyError("ERR invalid password")), false},
 		{unavailable(replyError("NOAUTH Authentication required.")), false},
 		{unavailable(replyError("ERR Protocol error: unauthenticated multibulk length")), false},
+		{unavailable(replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")), false},
+		{unavailable(replyError("ERR Client sent AUTH, but no password is set")), false},
+		{unavailable(redis.ErrClosed), false},
 		{unavailable(replyError("NOPERM User candidate has no permissions to run the 'evalsha' command")), false},
 		{fmt.Errorf("%w: bad name", fencedlock.ErrInvalidArgument), false},
 		{fmt.Errorf("%w: counter", fencedlock.ErrCorrupt), false},
