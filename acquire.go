@@ -188,7 +188,15 @@ func (c *contender) Attempt(ctx context.Context, life time.Duration) (wait.Answe
 
 // NotNow says whether the wait rides out err: Redis could not answer
 // now, but may soon.
-func (c *contender) NotNow(err error) bool { return errors.Is(err, ErrUnavailable) && call.NotNow(err) }
+func (c *contender) NotNow(err error) bool { return c.l.notNow(err) }
+
+// notNow reports whether err, an error of the Locker's, says that Redis
+// could not answer now but may soon: ErrUnavailable for a cause that
+// call.NotNow takes to pass, but for a Cluster redirect (MOVED, ASK) to a
+// client that follows none, which gets it for good.
+func (l *Locker) notNow(err error) bool {
+	return errors.Is(err, ErrUnavailable) && call.NotNow(err) && (l.redirects || !call.Redirected(err))
+}
 
 // Stopped is the error of a waiter whose ctx ended before its attempt
 // was answered: ErrNotAcquired when Redis refused an attempt of its queue

@@ -972,7 +972,7 @@ func (k *Lock) withdraw(ctx context.Context, ms int64, place time.Duration, mark
 		sent := time.Now()
 		r, err := k.release(ctx, k.keyArgs[:], entry, marker, wait.Candidate{})
 		k.handedOver(ctx, r, err, sent, wait.Candidate{})
-		if err == nil || !errors.Is(err, ErrUnavailable) || !call.NotNow(err) || call.Ended(ctx) != nil {
+		if err == nil || !k.locker.notNow(err) || call.Ended(ctx) != nil {
 			return err
 		}
 		d := pause

@@ -44,8 +44,11 @@ type Locker struct {
 	// resends is that the client may send a command again after its
 	// connection failed: see call.Resends
 	resends bool
-	prefix  string
-	err     error // set by New for a configuration that cannot work
+	// redirects is that the client follows Cluster redirects: see
+	// call.FollowsRedirects
+	redirects bool
+	prefix    string
+	err       error // set by New for a configuration that cannot work
 
 	replicas *replicaWait                  // set by WithReplicas
 	idle     time.Duration                 // set by WithIdleExpiry
@@ -84,7 +87,7 @@ func WithPrefix(prefix string) Option {
 // the returned Locker that would contact Redis returns an error wrapping
 // ErrInvalidArgument.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, heeds: call.Heeds(client), resends: call.Resends(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
+	l := &Locker{client: client, heeds: call.Heeds(client), resends: call.Resends(client), redirects: call.FollowsRedirects(client), prefix: DefaultPrefix, idle: DefaultIdleExpiry}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(l)

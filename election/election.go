@@ -501,9 +501,10 @@ func parseRecord(s string) (Leader, bool) {
 // or not confirmed by replicas, is tried again after a pause that grows
 // to 5s. Any other campaign error is returned, and so are Redis's
 // refusal of the client's credentials (a wrong password, none given, one
-// given to a server without) or of a command to its ACL user, and a
-// closed client's error, though they match [fencedlock.ErrUnavailable]
-// too: no pause ends them.
+// given to a server without) or of a command to its ACL user, a closed
+// client's error, and a Cluster's redirect (MOVED) to a client other
+// than a *redis.ClusterClient, though they match
+// [fencedlock.ErrUnavailable] too: no pause ends them.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, term *Term) error) error {
 	if err := e.ready(); err != nil {
 		return err
@@ -521,7 +522,7 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			if cerr := call.Err(ctx); cerr != nil {
 				return cerr
 			}
-			if !campaignAgain(err) {
+			if !campaignAgain(e.client, err) {
 				return err
 			}
 		} else {
@@ -558,15 +559,19 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // that failed with err: Redis could not be reached or could not answer
 // (ErrUnavailable), or the term was lost or not confirmed by replicas
 // before it began. Not for Redis's refusal of the client's credentials
-// or of a command to its ACL user, nor for a client closed: they stay
+// or of a command to its ACL user, nor for a client closed, nor for a
+// Cluster redirect (MOVED, ASK) to a client that follows none: they stay
 // until an operator (or the program) acts, and campaigning again for
 // ever would hide them. (Any other ErrUnavailable
 // is tried again: an outage, a failover or a full memory may pass, and
 // a client's errors on the way, such as a Sentinel client's, are not
 // all known here.)
-func campaignAgain(err error) bool {
+func campaignAgain(client redis.UniversalClient, err error) bool {
 	if errors.Is(err, redis.ErrClosed) {
 		return false // the client is closed for good
+	}
+	if call.Redirected(err) && !call.FollowsRedirects(client) {
+		return false // a plain client at one node of a Cluster
 	}
 	if errors.Is(err, fencedlock.ErrUnavailable) {
 		return script.Refusal(err, "", "") == nil && !refusedCredentials(err)

@@ -111,6 +111,6 @@ func TestCampaignAgain(t *testing.T) {
 		{fmt.Errorf("%w: bad name", fencedlock.ErrInvalidArgument), false},
 		{fmt.Errorf("%w: counter", fencedlock.ErrCorrupt), false},
 	} {
-		assert.Equal(t, c.again, campaignAgain(c.err), "%v", c.err)
+		assert.Equal(t, c.again, campaignAgain(nil, c.err), "%v", c.err)
 	}
 }

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -173,4 +174,38 @@ func TestRunRidesOutMisconf(t *testing.T) {
 	require.NoError(t, os.RemoveAll(blocked))
 	require.NoError(t, admin.BgSave(ctx).Err())
 	assert.EqualError(t, <-ran, "elected", "Run gave up on a MISCONF that a pause ended")
+}
+
+// A plain *redis.Client at one node of a Cluster gets MOVED for every key
+// of a slot another node serves, for good: Run returns it, instead of
+// campaigning until its ctx ends.
+func TestRunReturnsARedirectToAPlainClient(t *testing.T) {
+	servers := redistest.StartClusterN(t, 2)
+	ctx := elCtx(t)
+	c := redis.NewClient(&redis.Options{Addr: servers[0].Addr})
+	t.Cleanup(func() { c.Close() })
+	l := fencedlock.New(c)
+	// A name whose keys node 1 serves.
+	name := ""
+	for i := 0; name == ""; i++ {
+		n := fmt.Sprintf("office%d", i)
+		lock, _, _ := elKeys(l, n)
+		slot, err := c.ClusterKeySlot(ctx, lock).Result()
+		require.NoError(t, err)
+		if slot >= 8192 {
+			name = n
+		}
+	}
+	e := election.New(l, name, election.WithTTL(time.Second))
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.Run(rctx, "run", func(context.Context, *election.Term) error {
+		t.Error("fn ran")
+		return nil
+	})
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "MOVED")
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run campaigned on MOVED until its ctx ended")
+	assert.Less(t, time.Since(start), 4*time.Second)
 }

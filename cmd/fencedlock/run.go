@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/election"
 	"github.com/fencedlock/fencedlock/internal/call"
@@ -177,7 +179,7 @@ func acquire(ctx context.Context, locker *fencedlock.Locker, resource string, f 
 			if err == nil {
 				return &holding{token: term.Token(), done: term.Done(), err: term.Err, end: term.Resign}, nil
 			}
-			if !campaignAgain(err) || ctx.Err() != nil {
+			if !campaignAgain(locker.Client(), err) || ctx.Err() != nil {
 				return nil, err
 			}
 			t := time.NewTimer(pause)
@@ -212,10 +214,11 @@ func acquire(ctx context.Context, locker *fencedlock.Locker, resource string, f 
 // cannot now (loading, failing over), or the term was lost or not
 // confirmed by replicas before it began. Not for an error reply that
 // stays until an operator acts: a wrong password, an ACL refusal, out of
-// memory.
-func campaignAgain(err error) bool {
+// memory, a Cluster redirect (MOVED) to a client that follows none.
+func campaignAgain(client redis.UniversalClient, err error) bool {
 	if errors.Is(err, fencedlock.ErrUnavailable) {
-		return call.NotNow(err) && script.Refusal(err, "", "") == nil
+		return call.NotNow(err) && script.Refusal(err, "", "") == nil &&
+			(call.FollowsRedirects(client) || !call.Redirected(err))
 	}
 	return errors.Is(err, fencedlock.ErrLockLost) || errors.Is(err, fencedlock.ErrNotReplicated)
 }

@@ -347,6 +347,28 @@ func scriptError(msg string) string {
 // script (BUSY).
 var transientReplies = [...]string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "MOVED", "ASK", "NOREPLICAS"}
 
+// Redirected reports whether err holds a Redis Cluster redirect (MOVED or
+// ASK): the key's slot is served by another node. A *redis.ClusterClient
+// follows redirects itself, and returns one only when a reshard outran
+// its redirect limit, which may pass; a client that follows none (a
+// plain *redis.Client at one node of a Cluster) gets one for every key
+// of that slot, for good.
+func Redirected(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := scriptError(rerr.Error())
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
+// FollowsRedirects reports whether client follows Redis Cluster
+// redirects (see Redirected): a *redis.ClusterClient does.
+func FollowsRedirects(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.ClusterClient)
+	return ok
+}
+
 // NotNow reports whether err, the error of a round trip, says that Redis
 // cannot answer now but may soon: a connection refused, reset or broken,
 // a reply that did not come in time, a full connection pool, or one of

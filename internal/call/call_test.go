@@ -369,6 +369,27 @@ func TestNotNow(t *testing.T) {
 	}
 }
 
+// Redirected tells a Cluster's redirects from other replies; a
+// ClusterClient follows them, other clients do not.
+func TestRedirected(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{replyErr("MOVED 3999 127.0.0.1:6381"), true},
+		{fmt.Errorf("fencedlock: backend unavailable: acquire: %w", replyErr("ASK 3999 127.0.0.1:6381")), true},
+		{replyErr("ASKING is not a reply"), false},
+		{replyErr("TRYAGAIN Multiple keys request during rehashing of slot"), false},
+		{errors.New("MOVED 3999 127.0.0.1:6381"), false}, // not a reply of Redis
+		{nil, false},
+	} {
+		assert.Equal(t, c.want, Redirected(c.err), "%v", c.err)
+	}
+	assert.True(t, FollowsRedirects(redis.NewClusterClient(&redis.ClusterOptions{})))
+	assert.False(t, FollowsRedirects(redis.NewClient(&redis.Options{})))
+	assert.False(t, FollowsRedirects(nil))
+}
+
 // Unanswered tells a command that may have run from one that never went
 // out and from an error reply. For a client that resends, a failure to
 // connect may follow a copy that was sent: only a ctx that had ended
