@@ -72,7 +72,7 @@ type Option func(*Locker)
 // resource R begin "<prefix>:{R}:" ("{R}:" with the empty prefix), as
 // listed in https://github.com/fencedlock/fencedlock/blob/main/docs/redis.md.
 // The default is DefaultPrefix. Lockers that must exclude each other need
-// the same prefix. A prefix holding "{}"
+// the same prefix. A prefix whose first "{" is followed at once by "}"
 // would give every key an empty Redis Cluster hash tag; with it, every
 // call returns an error wrapping ErrInvalidArgument.
 func WithPrefix(prefix string) Option {

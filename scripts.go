@@ -30,6 +30,8 @@ var (
 	putLua string
 	//go:embed lua/fence.lua
 	fenceLua string
+	//go:embed lua/read.lua
+	readLua string
 	//go:embed lua/issue.lua
 	issueLua string
 	//go:embed lua/keep_issued.lua
@@ -48,6 +50,7 @@ var (
 	advanceScript    = script.New(advanceLua)    // lock.go: decodeAdvance
 	putScript        = script.New(putLua)        // store.go: decodePut
 	fenceScript      = script.New(fenceLua)      // store.go: decodeFence
+	readScript       = script.New(readLua)       // store.go: as HMGET's reply
 	issueScript      = script.New(issueLua)      // issue.go: decodeIssue
 	keepIssuedScript = script.New(keepIssuedLua) // issue.go: decodeKeepIssued
 	inspectScript    = script.New(inspectLua)    // inspect.go: decodeInspect

@@ -41,6 +41,9 @@ type Store interface {
 	// Get returns resource's value and the token that wrote it, or an
 	// error wrapping ErrNotFound when nothing was written (a resource that
 	// was only fenced included). The token is the writer's, not the fence.
+	// It reads every Put and Fence that returned before it was called,
+	// and not a copy that may lag behind them (a replica): a holder's
+	// Fence, Get and Put (as Update makes them) rely on it.
 	Get(ctx context.Context, resource string) (value []byte, token Token, err error)
 
 	// Fence raises resource's fence to token, as a Put with token would,
@@ -166,8 +169,12 @@ func (s *MemoryStore) Get(ctx context.Context, resource string) ([]byte, Token, 
 type RedisStore struct {
 	client redis.UniversalClient
 	heeds  bool // client ends round trips at ctx deadlines: see call.Heeds
-	prefix string
-	err    error // set by NewRedisStore for a configuration that cannot work
+	// replicas is that the client may send a plain read to a replica
+	// (see call.ReadsReplicas): Get then reads with a script, which it
+	// sends to the primary
+	replicas bool
+	prefix   string
+	err      error // set by NewRedisStore for a configuration that cannot work
 }
 
 // StoreOption configures a RedisStore in NewRedisStore. The one option is
@@ -176,8 +183,9 @@ type StoreOption func(*RedisStore)
 
 // WithStorePrefix sets the namespace of the store's keys. The default is
 // DefaultPrefix; an empty prefix gives "{<resource>}:value". A prefix
-// holding "{}" would give every key an empty Redis Cluster hash tag; with
-// it, Put and Get return an error wrapping ErrInvalidArgument.
+// whose first "{" is followed at once by "}" would give every key an
+// empty Redis Cluster hash tag; with it, Put and Get return an error
+// wrapping ErrInvalidArgument.
 func WithStorePrefix(prefix string) StoreOption {
 	return func(s *RedisStore) { s.prefix = prefix }
 }
@@ -186,7 +194,7 @@ func WithStorePrefix(prefix string) StoreOption {
 // behind client. It does not contact Redis. A nil client does not panic:
 // Put and Get return an error wrapping ErrInvalidArgument.
 func NewRedisStore(client redis.UniversalClient, opts ...StoreOption) *RedisStore {
-	s := &RedisStore{client: client, heeds: call.Heeds(client), prefix: DefaultPrefix}
+	s := &RedisStore{client: client, heeds: call.Heeds(client), replicas: call.ReadsReplicas(client), prefix: DefaultPrefix}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(s)
@@ -374,17 +382,27 @@ func staleError(op, resource string, token, fence Token) error {
 	return fmt.Errorf("fencedlock: %s %s: script refused token %d against fence %d", op, names.Quote(resource), token, fence)
 }
 
-// Get implements Store in one round trip.
+// Get implements Store in one round trip. It reads the primary: with a
+// client that may send reads to replicas (a ClusterClient made with
+// ReadOnly, RouteByLatency or RouteRandomly), which may lag behind the
+// writes and fences the primary took, it reads with a script, which such
+// a client sends to the primary; otherwise with HMGET.
 func (s *RedisStore) Get(ctx context.Context, resource string) ([]byte, Token, error) {
 	if err := s.ready(resource); err != nil {
 		return nil, 0, err
 	}
 	key := keyFor(s.prefix, resource, "value")
 	res, err := call.Bounded(ctx, s.heeds, func(ctx context.Context) ([]any, error) {
+		if s.replicas {
+			return readScript.Run(ctx, s.client, script.Keys(key)).Slice()
+		}
 		return s.client.HMGet(ctx, key, "t", "v").Result()
 	})
 	if err != nil {
 		return nil, 0, redisErr(ctx, "get", resource, err, key)
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("fencedlock: get %s: unexpected reply %v", names.Quote(resource), res)
 	}
 	ts, ok := res[0].(string)
 	if !ok {

@@ -22,9 +22,14 @@ import (
 // ErrInvalidArgument.
 //
 // MemoryStore and RedisStore fence and read in one step (RedisStore in
-// one round trip, so Update costs two); other stores take a Fence, a Get
+// one round trip, so Update costs two), and so do they wrapped by
+// ObserveStore (reported as one fence); other stores take a Fence, a Get
 // and a Put, and so does a Store of yours that embeds a *MemoryStore or
 // *RedisStore: Update calls its own methods.
+//
+// fn runs on the caller's goroutine, and Update returns once it has: ctx
+// bounds the store's calls, not fn. A Put after a ctx that ended while fn
+// ran is not sent; a slow fn should watch ctx itself.
 func Update(ctx context.Context, s Store, resource string, token Token, fn func(value []byte, found bool) ([]byte, error)) error {
 	if isNil(s) {
 		return invalidArg("Update with a nil Store")
@@ -56,6 +61,10 @@ func fencedRead(ctx context.Context, s Store, resource string, token Token) (val
 	case *MemoryStore:
 		return s.fence(ctx, resource, token, true)
 	case *RedisStore:
+		return s.fence(ctx, resource, token, true)
+	case *observedStore:
+		// One fence reported, and the store it wraps fences and reads
+		// as it would unobserved.
 		return s.fence(ctx, resource, token, true)
 	}
 	if err := s.Fence(ctx, resource, token); err != nil {

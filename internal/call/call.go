@@ -362,6 +362,20 @@ func Redirected(err error) bool {
 	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
+// ReadsReplicas reports whether client may send a read-only command
+// (such as HMGET, unlike a script) to a replica: a *redis.ClusterClient
+// made with ReadOnly, RouteByLatency or RouteRandomly (a failover
+// ClusterClient too). A replica may not have the primary's latest
+// writes.
+func ReadsReplicas(client redis.UniversalClient) bool {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return false
+	}
+	o := cc.Options()
+	return o.ReadOnly || o.RouteByLatency || o.RouteRandomly
+}
+
 // FollowsRedirects reports whether client follows Redis Cluster
 // redirects (see Redirected): a *redis.ClusterClient does.
 func FollowsRedirects(client redis.UniversalClient) bool {

@@ -1,0 +1,14 @@
+-- read: reads a RedisStore value and the token that wrote it, writing
+-- nothing. It is a script so that it runs on the primary: a client made
+-- to read from replicas (a ClusterClient with ReadOnly, RouteByLatency
+-- or RouteRandomly) sends a read-only command such as HMGET to a replica,
+-- which may not have the writes and fences the primary has taken yet,
+-- and sends scripts to the primary.
+--
+-- KEYS[1]  the value's key
+--
+-- Replies:
+--   {token, value}   HMGET's reply for the fields t and v: each nil when
+--                    not written; an error reply (WRONGTYPE) when the key
+--                    is of another type
+return redis.call('HMGET', KEYS[1], 't', 'v')
