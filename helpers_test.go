@@ -273,12 +273,13 @@ func requireNoGoroutinesLeftWithin(t *testing.T, d time.Duration) {
 }
 
 // ourGoroutines returns the stacks of goroutines running the library's
-// code or a go-redis subscription: the ones a Lock or a waiter may start.
+// code (a Lock's, a waiter's subscription's) or a go-redis subscription:
+// the ones a Lock or a waiter may start.
 func ourGoroutines() []string {
 	buf := make([]byte, 1<<22)
 	var ours []string
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "go-redis/v9.(*channel)") {
+		if strings.Contains(g, "fencedlock/fencedlock.(*") || strings.Contains(g, "fencedlock/fencedlock/internal/wait.") || strings.Contains(g, "go-redis/v9.(*channel)") {
 			ours = append(ours, g)
 		}
 	}

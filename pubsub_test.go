@@ -305,3 +305,40 @@ func TestClusterWaitersHearGrantsAfterReconnect(t *testing.T) {
 	}
 	requireNoGoroutinesLeft(t)
 }
+
+// While Redis is down, a waiter's subscription connects again after a
+// pause that grows to a second, from one failed connection to the next:
+// not a hundred dials a second. The waiter's own attempts pause an hour
+// after an error here, so the dials are the subscription's.
+func TestSubscriptionBacksOffWhileRedisIsDown(t *testing.T) {
+	redistest.ClientSide(t)
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	var dials atomic.Int64
+	wc := redis.NewClient(&redis.Options{
+		Addr:       srv.Addr,
+		MaxRetries: -1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { wc.Close() })
+	holders, waiters := fencedlock.New(srv.Client(t)), fencedlock.New(wc)
+	mustTryAcquire(t, ctx, holders, "r", longTTL)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := acquireAsync(wctx, waiters, "r", longTTL, hourRetryDelay)
+	waitUntil(t, func() bool {
+		return waiters.WaiterRefused("r") && channelSubscribers(t, srv.Client(t), waiters, "r") == 1
+	}, "the waiter to subscribe")
+	srv.Kill()
+	before := dials.Load()
+	time.Sleep(3 * time.Second)
+	n := dials.Load() - before
+	// Pauses of 10, 20, 40, ... 1000 ms: about 9 connections in 3 s, at
+	// most two dials each.
+	assert.Less(t, n, int64(30), "dials in a 3 s outage")
+	cancel()
+	<-done
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,6 +65,11 @@ type subscriber struct {
 	channels map[string]*queue // guarded by r.mu
 	todo     []request         // guarded by r.mu: requests not yet taken by serve
 	wake     chan struct{}     // tells serve that todo has requests
+	// pause is the pause before the next connection after one failed:
+	// it grows from MinReconnectPause to MaxReconnectPause while the
+	// connections fail one after another, each read by a goroutine of
+	// its own, and goes back to 0 once one delivers something
+	pause atomic.Int64
 }
 
 // request is a request to a subscriber's goroutine: subscribe to
@@ -244,7 +250,6 @@ func (s *subscriber) read(c *conn) {
 		confirmation, dropped = "ssubscribe", "sunsubscribe"
 	}
 	var pinged time.Time // when an unanswered PING was sent; zero when none
-	pause := time.Duration(0)
 	for {
 		wait := PingAfter
 		if !pinged.IsZero() {
@@ -253,7 +258,8 @@ func (s *subscriber) read(c *conn) {
 		msg, err := c.ps.ReceiveTimeout(ctx, wait)
 		switch {
 		case err == nil:
-			pinged, pause = time.Time{}, 0
+			pinged = time.Time{}
+			s.pause.Store(0)
 		case errors.Is(err, redis.ErrClosed):
 			return // closed by serve
 		case isTimeout(err) && pinged.IsZero():
@@ -276,8 +282,10 @@ func (s *subscriber) read(c *conn) {
 		default:
 			// A broken connection, or an error reply (LOADING, MOVED
 			// after a slot moved...): connect again, after a pause that
-			// grows while it goes on failing.
-			pause = min(max(2*pause, MinReconnectPause), MaxReconnectPause)
+			// grows while the connections go on failing (Redis down:
+			// each new one fails at once).
+			pause := min(max(2*time.Duration(s.pause.Load()), MinReconnectPause), MaxReconnectPause)
+			s.pause.Store(int64(pause))
 			if cc, ok := s.r.client.(*redis.ClusterClient); ok {
 				cc.ReloadState(ctx)
 			}
