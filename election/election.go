@@ -562,10 +562,9 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 // or of a command to its ACL user, nor for a client closed, nor for a
 // Cluster redirect (MOVED, ASK) to a client that follows none: they stay
 // until an operator (or the program) acts, and campaigning again for
-// ever would hide them. (Any other ErrUnavailable
-// is tried again: an outage, a failover or a full memory may pass, and
-// a client's errors on the way, such as a Sentinel client's, are not
-// all known here.)
+// ever would hide them. Any other ErrUnavailable is tried again: an
+// outage, a failover or a full memory may pass, and a client's errors on
+// the way, such as a Sentinel client's, are not all known here.
 func campaignAgain(client redis.UniversalClient, err error) bool {
 	if errors.Is(err, redis.ErrClosed) {
 		return false // the client is closed for good
