@@ -366,10 +366,10 @@ func Redirected(err error) bool {
 // (such as HMGET, unlike a script) to a replica: a *redis.ClusterClient
 // made with ReadOnly, RouteByLatency or RouteRandomly (a failover
 // ClusterClient too). A replica may not have the primary's latest
-// writes.
+// writes. A nil client reads none.
 func ReadsReplicas(client redis.UniversalClient) bool {
 	cc, ok := client.(*redis.ClusterClient)
-	if !ok {
+	if !ok || cc == nil {
 		return false
 	}
 	o := cc.Options()

@@ -388,6 +388,12 @@ func TestRedirected(t *testing.T) {
 	assert.True(t, FollowsRedirects(redis.NewClusterClient(&redis.ClusterOptions{})))
 	assert.False(t, FollowsRedirects(redis.NewClient(&redis.Options{})))
 	assert.False(t, FollowsRedirects(nil))
+	assert.True(t, ReadsReplicas(redis.NewClusterClient(&redis.ClusterOptions{ReadOnly: true})))
+	assert.True(t, ReadsReplicas(redis.NewClusterClient(&redis.ClusterOptions{RouteRandomly: true})))
+	assert.False(t, ReadsReplicas(redis.NewClusterClient(&redis.ClusterOptions{})))
+	assert.False(t, ReadsReplicas(redis.NewClient(&redis.Options{})))
+	assert.False(t, ReadsReplicas((*redis.ClusterClient)(nil)))
+	assert.False(t, ReadsReplicas(nil))
 }
 
 // Unanswered tells a command that may have run from one that never went
