@@ -239,7 +239,18 @@ func (s *Server) launch(bin string) error {
 	cmd := s.command(bin, args...)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	return s.proc.Launch(cmd, s.ready, 10*time.Millisecond, 60*time.Second, s.logTail)
+	// Another test's server may hold the port (it was free a moment ago)
+	// and greet: only this process's pid file, which mariadbd writes once
+	// it listens, says the greeting is its own. This one then fails to
+	// bind and exits, and start tries another port.
+	ready := func() bool { return s.ready() && s.pidIs(cmd.Process.Pid) }
+	return s.proc.Launch(cmd, ready, 10*time.Millisecond, 60*time.Second, s.logTail)
+}
+
+// pidIs reports whether the server's pid file holds pid.
+func (s *Server) pidIs(pid int) bool {
+	b, err := os.ReadFile(s.pidFile())
+	return err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid)
 }
 
 // ready reports whether the server greets a client on its port: it

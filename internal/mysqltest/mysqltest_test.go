@@ -245,3 +245,40 @@ func child() {
 	s.Close()
 	os.Exit(0)
 }
+
+// A server whose port another server took between FreePort and the bind
+// exits: the other's greeting must not pass for its own.
+func TestLaunchDoesNotTakeAnotherServerForItself(t *testing.T) {
+	b := Find(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte{1, 0, 0, 0, 10}) // a handshake's first bytes
+			time.AfterFunc(time.Second, func() { c.Close() })
+		}
+	}()
+	dir := t.TempDir()
+	s := &Server{Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, User: "root", Dir: dir}
+	if err := os.Mkdir(s.tmpDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.installDB(b.InstallDB); err != nil {
+		t.Fatal(err)
+	}
+	err = s.launch(b.Server)
+	if err == nil {
+		s.Close()
+		t.Fatalf("launch on %s, a port another server holds, succeeded", s.Addr())
+	}
+	if !strings.Contains(err.Error(), "exited at start") {
+		t.Fatalf("launch on a taken port: %v, want the server's exit", err)
+	}
+}

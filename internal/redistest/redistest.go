@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,8 +30,9 @@ import (
 type Server struct {
 	Addr string
 
-	mu   sync.Mutex // protects cmd
+	mu   sync.Mutex // protects cmd and done
 	cmd  *exec.Cmd
+	done <-chan struct{} // closed when cmd has exited
 	args []string
 	dir  string
 }
@@ -106,12 +108,16 @@ func (s *Server) launch(bin string) error {
 	}
 	defer out.Close() // the server has its own copy
 	cmd.Stdout, cmd.Stderr = out, out
-	ready := func() bool { return ping(s.Addr) == nil }
-	if _, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, s.logTail); err != nil {
+	// Another test's server may hold the port (it was free a moment ago):
+	// only an answer from this process means the server is up. This one
+	// then fails to bind and exits, and the caller tries again.
+	ready := func() bool { return pid(s.Addr) == cmd.Process.Pid }
+	done, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, s.logTail)
+	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.cmd = cmd
+	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 	return nil
 }
@@ -134,38 +140,50 @@ func (s *Server) logTail() string {
 	return strings.Join(parts, "\n")
 }
 
-func ping(addr string) error {
+// pid returns the process id of the server (or Sentinel) that answers
+// at addr, from INFO, or 0 when none answers.
+func pid(addr string) int {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		return err
+		return 0
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0 // an error: loading, say
 	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("PING answered %q", line)
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n < 0 {
+		return 0
 	}
-	return nil
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			id, _ := strconv.Atoi(strings.TrimSpace(v))
+			return id
+		}
+	}
+	return 0
 }
 
 // Kill stops the server with SIGKILL. Its data is gone: it had no
 // persistence.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd := s.cmd
-	s.cmd = nil
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
 	s.mu.Unlock()
 	if cmd != nil {
 		cmd.Process.Kill()
-		for ping(s.Addr) == nil {
-			time.Sleep(time.Millisecond)
-		}
+		<-done // its port is closed
 	}
 }
 
