@@ -279,6 +279,10 @@ func (s *subscriber) read(c *conn) {
 			s.r.PubSubRefused(strings.ToUpper(confirmation)+" or PING on the pub/sub connection", err, script.ACLDocs)
 			s.r.drop(s)
 			return
+		case s.sharded && isUnknownCommand(err):
+			// A failover to a server without sharded pub/sub.
+			s.r.unlearn(s)
+			return
 		default:
 			// A broken connection, or an error reply (LOADING, MOVED
 			// after a slot moved...): connect again, after a pause that
@@ -343,6 +347,12 @@ func isNoPerm(err error) bool {
 	return call.IsReply(err) && redis.HasErrorPrefix(err, "NOPERM")
 }
 
+// isUnknownCommand reports whether err is Redis's reply to a command it
+// does not have.
+func isUnknownCommand(err error) bool {
+	return call.IsReply(err) && strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
+
 // wanted reports whether channel is one that s is asked to keep.
 func (r *Room) wanted(s *subscriber, channel string) bool {
 	r.mu.Lock()
@@ -353,19 +363,40 @@ func (r *Room) wanted(s *subscriber, channel string) bool {
 // drop ends s, whose subscription Redis refused: its waiters rely on
 // their timers, and no subscription is made for refusedFor.
 func (r *Room) drop(s *subscriber) {
+	r.end(s, refused)
+}
+
+// unlearn ends s, whose kind of pub/sub the server it reached has not
+// (sharded, after a failover to an older server): the first waiter of
+// each of its channels is woken, to ask Redis again and to subscribe
+// anew after a new probe.
+func (r *Room) unlearn(s *subscriber) {
+	r.debug("fencedlock: Redis has no sharded pub/sub any more: asking it again which kind it has")
+	r.end(s, unknown)
+}
+
+// end ends s and records mode as what the Room knows of Redis's pub/sub.
+// The waiters of s's channels are released from waiting for its
+// confirmation; with a mode other than refused, the first waiter of each
+// channel is also woken, to subscribe again.
+func (r *Room) end(s *subscriber, mode kind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pubsub, r.pubsubAsked = refused, time.Now()
+	r.pubsub, r.pubsubAsked = mode, time.Now()
+	r.learnt.Store(int32(mode))
 	if r.subs[s.group] != s {
 		return
 	}
 	delete(r.subs, s.group)
 	for _, q := range s.channels {
-		if q.sub == s {
-			q.sub = nil
-			if pending(q.ready) != nil {
-				close(q.ready)
-			}
+		if q.sub != s {
+			continue
+		}
+		q.sub = nil
+		if pending(q.ready) != nil {
+			close(q.ready)
+		} else if mode != refused && len(q.waiters) > 0 {
+			q.waiters[0].nudge()
 		}
 	}
 	s.request(request{op: opClose})

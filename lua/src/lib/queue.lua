@@ -55,19 +55,25 @@ local function enqueue(queue, deadlines, entry, life)
 end
 
 -- Tells the subscribers of channel ch: with SPUBLISH when kind is
--- 'sharded', PUBLISH when 'classic', and when kind is '' (not known yet)
--- SPUBLISH, then PUBLISH should the server have no SPUBLISH. Returns
--- whether the message was published: a publish refused (an ACL without
+-- 'sharded' or '' (not known yet), PUBLISH when 'classic'; and when that
+-- reaches nobody, or fails (a server without SPUBLISH), with the other
+-- one too. The channel is one Locker's, subscribed while it has a waiter
+-- queued: nobody hears the first kind when that Locker learnt the other
+-- from a server of another version (Lockers that started before and
+-- after a failover to an upgraded, or downgraded, server), or has just
+-- left. Returns whether a publish was taken: one refused (an ACL without
 -- the channel) fails nothing, as it comes after the script's writes,
 -- which Redis does not roll back; the waiter's own timer then finds the
 -- grant.
 local function publish(ch, msg, kind)
-  local r
-  if kind ~= 'classic' then
-    r = redis.pcall('SPUBLISH', ch, msg)
+  local first, other = 'SPUBLISH', 'PUBLISH'
+  if kind == 'classic' then
+    first, other = 'PUBLISH', 'SPUBLISH'
   end
-  if kind == 'classic' or (kind == '' and type(r) == 'table' and r.err) then
-    r = redis.pcall('PUBLISH', ch, msg)
+  local r = redis.pcall(first, ch, msg)
+  if r ~= 0 and type(r) == 'number' then
+    return true
   end
-  return type(r) == 'number'
+  local r2 = redis.pcall(other, ch, msg)
+  return type(r) == 'number' or type(r2) == 'number'
 end
