@@ -2,6 +2,9 @@ package fencedlock_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,39 +16,49 @@ import (
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// Hand-overs across a failover between servers of different versions:
-// one with sharded pub/sub (Redis 7 and later) and one without it (Redis
-// 6 and before; here a Redis 7 whose SSUBSCRIBE, SPUBLISH and PUBSUB are
-// renamed away, which answers as Redis 6 does). A Locker learns the kind
-// of pub/sub once; Lockers that started before the failover and after it
-// know different kinds, and each must still hear the other's hand-overs
-// by pub/sub, not by its fallback timer (an hour away here).
-func TestHandOversAcrossAFailoverToAnotherVersion(t *testing.T) {
-	withSharded := redistest.Start(t)
-	sharded, err := redistest.ShardedPubSub(context.Background(), withSharded.Client(t))
+// Pub/sub between Lockers that know different kinds of it: sharded
+// (Redis 7 and later) and classic (Redis 6 and before). A server without
+// sharded pub/sub is played here by a Redis 7 whose SSUBSCRIBE, SPUBLISH
+// and PUBSUB are renamed away: it answers as Redis 6 does.
+
+// requireSharded skips t on a server without sharded pub/sub: there is no
+// other kind to switch to.
+func requireSharded(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	sharded, err := redistest.ShardedPubSub(context.Background(), c)
 	require.NoError(t, err)
 	if !sharded {
 		t.Skip("the server has no sharded pub/sub (Redis before 7): nothing to switch between")
 	}
-	without := redistest.Start(t, "--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "", "--rename-command", "PUBSUB", "")
+}
 
-	// handOver makes holders hold resource, waiters wait for it, and
-	// returns how long after the release the waiter got the lock.
-	handOver := func(t *testing.T, holders, waiters *fencedlock.Locker, resource string) time.Duration {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-		defer cancel()
-		holder := mustTryAcquire(t, ctx, holders, resource, longTTL)
-		done := acquireAsync(ctx, waiters, resource, longTTL, hourRetryDelay)
-		waitUntil(t, func() bool { return waiters.WaiterRefused(resource) }, "the waiter to queue")
-		time.Sleep(100 * time.Millisecond) // its subscription settles
-		released := time.Now()
-		require.NoError(t, holder.Release(ctx))
-		lock := awaitAcquired(t, done)
-		took := time.Since(released)
-		require.NoError(t, lock.Release(ctx))
-		return took
-	}
+// handOver makes holders hold resource and waiters wait for it (their
+// timer an hour away), and returns how long after the release the
+// waiter got the lock.
+func handOver(t *testing.T, holders, waiters *fencedlock.Locker, resource string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	holder := mustTryAcquire(t, ctx, holders, resource, longTTL)
+	done := acquireAsync(ctx, waiters, resource, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return waiters.WaiterRefused(resource) }, "the waiter to queue")
+	time.Sleep(100 * time.Millisecond) // its subscription settles
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	lock := awaitAcquired(t, done)
+	took := time.Since(released)
+	require.NoError(t, lock.Release(ctx))
+	return took
+}
+
+// A Locker learns the kind of pub/sub once: after a failover between
+// servers of different versions, Lockers that started before it and
+// after it know different kinds, and each must still hear the other's
+// hand-overs by pub/sub, not by its fallback timer.
+func TestHandOversAcrossAFailoverToAnotherVersion(t *testing.T) {
+	withSharded := redistest.Start(t)
+	requireSharded(t, withSharded.Client(t))
+	without := redistest.Start(t, "--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "", "--rename-command", "PUBSUB", "")
 	proxied := func(t *testing.T, p *redistest.Proxy) *fencedlock.Locker {
 		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 		t.Cleanup(func() { c.Close() })
@@ -57,12 +70,17 @@ func TestHandOversAcrossAFailoverToAnotherVersion(t *testing.T) {
 		before := proxied(t, p) // learns sharded
 		took := handOver(t, fencedlock.New(withSharded.Client(t)), before, "down")
 		require.Less(t, took, time.Second, "before the failover")
+		// Its subscription ends (the channel lingers a second), so that
+		// no reconnect tells it of the failover before it releases.
+		waitUntil(t, func() bool { return channelSubscribers(t, withSharded.Client(t), before, "down") == 0 }, "the subscription to end")
 		p.Retarget(without.Addr)
 		after := fencedlock.New(without.Client(t))
-		took = handOver(t, after, before, "down")
-		assert.Less(t, took, 3*time.Second, "a waiter subscribed with SSUBSCRIBE before the failover")
 		took = handOver(t, before, after, "down")
-		assert.Less(t, took, time.Second, "a release by a Locker that learnt sharded pub/sub before the failover")
+		assert.Less(t, took, time.Second, "a release by a Locker that learnt sharded pub/sub, on a server without SPUBLISH")
+		took = handOver(t, after, before, "down")
+		assert.Less(t, took, time.Second, "a waiter that learnt sharded pub/sub, on a server without SSUBSCRIBE")
+		took = handOver(t, before, after, "down")
+		assert.Less(t, took, time.Second, "a release by that Locker again")
 	})
 
 	t.Run("to a server with sharded pub/sub", func(t *testing.T) {
@@ -71,13 +89,117 @@ func TestHandOversAcrossAFailoverToAnotherVersion(t *testing.T) {
 		took := handOver(t, fencedlock.New(without.Client(t)), before, "up")
 		require.Less(t, took, time.Second, "before the failover")
 		p.Retarget(withSharded.Addr)
-		after := fencedlock.New(withSharded.Client(t)) // learns sharded
+		after := fencedlock.New(withSharded.Client(t))
 		took = handOver(t, after, before, "up")
-		assert.Less(t, took, time.Second, "a waiter subscribed with SUBSCRIBE, a release by a Locker that did not learn")
-		took = handOver(t, before, after, "up")
+		assert.Less(t, took, time.Second, "a waiter subscribed with SUBSCRIBE, a release by a Locker that learnt nothing yet")
+		took = handOver(t, before, after, "up") // after learns sharded
 		assert.Less(t, took, time.Second, "a waiter subscribed with SSUBSCRIBE, a release by a Locker that learnt classic pub/sub")
 		took = handOver(t, after, before, "up")
 		assert.Less(t, took, time.Second, "a waiter subscribed with SUBSCRIBE, a release by a Locker that learnt sharded pub/sub")
 	})
 	requireNoGoroutinesLeftWithin(t, 5*time.Second)
+}
+
+// A server whose PUBSUB SHARDNUMSUB answers but whose SSUBSCRIBE does not
+// exist (as a half-upgraded cluster answers, the probe reaching a new
+// node and the subscription an old one): the waiter subscribes with
+// SUBSCRIBE from then on, and hears its hand-over; it does not probe and
+// attempt again and again.
+func TestWaiterWhoseSSubscribeIsUnknownSubscribesClassic(t *testing.T) {
+	srv := redistest.Start(t, "--rename-command", "SSUBSCRIBE", "")
+	admin := srv.Client(t)
+	requireSharded(t, admin)
+	ctx := testCtx(t)
+	holders, waiters := fencedlock.New(srv.Client(t)), fencedlock.New(srv.Client(t))
+	holder := mustTryAcquire(t, ctx, holders, "r", longTTL)
+	done := acquireAsync(ctx, waiters, "r", longTTL, hourRetryDelay)
+	waitUntil(t, func() bool { return waiters.WaiterRefused("r") }, "the waiter to queue")
+	before, err := redistest.CommandStats(ctx, admin)
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	after, err := redistest.CommandStats(ctx, admin)
+	require.NoError(t, err)
+	probes := after["pubsub|shardnumsub"].Calls - before["pubsub|shardnumsub"].Calls
+	attempts := after["evalsha"].Calls - before["evalsha"].Calls
+	assert.LessOrEqual(t, probes, int64(1), "probes in a second of waiting")
+	assert.LessOrEqual(t, attempts, int64(3), "scripts run in a second of waiting")
+	n, err := admin.PubSubNumSub(ctx, grantsChannel(waiters, "r")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n[grantsChannel(waiters, "r")], "classic subscriptions of the waiter's channel")
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	lock := awaitAcquired(t, done)
+	assert.Less(t, time.Since(released), time.Second, "the hand-over must come by pub/sub, not by the hour-long timer")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// A releasing user whose ACL lacks SPUBLISH, where the waiter subscribed
+// with SSUBSCRIBE: the hand-over was not heard, and the Locker says so at
+// Warn, though its PUBLISH went through (to nobody).
+func TestRefusedSPublishIsWarnedOf(t *testing.T) {
+	srv, admin := aclServer(t)
+	requireSharded(t, admin)
+	setUser(t, admin, "full", aclPassword, append([]string{"resetkeys", "resetchannels", "-@all"}, aclRule(t)...)...)
+	setUser(t, admin, "nospublish", aclPassword, append(append([]string{"resetkeys", "resetchannels", "-@all"}, aclRule(t)...), "-spublish")...)
+	logs := &syncBuffer{}
+	releaser := fencedlock.New(userClient(t, srv, "nospublish", aclPassword, true), fencedlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	waiter := fencedlock.New(userClient(t, srv, "full", aclPassword, true))
+	handOver(t, waiter, releaser, "learn") // the releaser learns sharded pub/sub
+	require.Empty(t, warnings(logs.String()), "before its first refused publish")
+	ctx := testCtx(t)
+	holder := mustTryAcquire(t, ctx, releaser, "r", longTTL)
+	done := acquireAsync(ctx, waiter, "r", longTTL, fencedlock.WithRetryDelay(200*time.Millisecond, 200*time.Millisecond))
+	waitUntil(t, func() bool { return waiter.WaiterRefused("r") }, "the waiter to queue")
+	require.NoError(t, holder.Release(ctx))
+	lock := awaitAcquired(t, done)
+	require.NoError(t, lock.Release(ctx))
+	warns := warnings(logs.String())
+	require.Len(t, warns, 1, "%s", logs.String())
+	assert.Contains(t, warns[0], "PUBLISH of a hand-over")
+}
+
+// A ClusterClient made with ReadOnly subscribes on a replica, whose
+// subscribers the primary's SPUBLISH does not count: its hand-overs are
+// heard, and do not PUBLISH (to every node of a cluster) as well. The
+// client's slots are a primary and its replica, not a cluster.
+func TestReadOnlyClusterHandOversPublishOnce(t *testing.T) {
+	ctx := testCtx(t)
+	primary := redistest.Start(t)
+	pc := primary.Client(t)
+	requireSharded(t, pc)
+	require.NoError(t, pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	replica := redistest.Start(t, "--replicaof", host, port)
+	rc := replica.Client(t)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, redistest.WaitInSync(wctx, pc, rc))
+	locker := func() *fencedlock.Locker {
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			ReadOnly: true,
+			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: primary.Addr}, {Addr: replica.Addr}}}}, nil
+			},
+		})
+		t.Cleanup(func() { c.Close() })
+		return fencedlock.New(c)
+	}
+	holders, waiters := locker(), locker()
+	before, err := redistest.CommandStats(ctx, pc)
+	require.NoError(t, err)
+	const n = 6
+	for i := 0; i < n; i++ {
+		took := handOver(t, holders, waiters, fmt.Sprintf("ro-%d", i%3))
+		assert.Less(t, took, time.Second, "hand-over %d", i)
+	}
+	after, err := redistest.CommandStats(ctx, pc)
+	require.NoError(t, err)
+	subscribed, err := redistest.CommandStats(ctx, rc)
+	require.NoError(t, err)
+	spublish := after["spublish"].Calls - before["spublish"].Calls
+	publish := after["publish"].Calls - before["publish"].Calls
+	t.Logf("%d hand-overs: SPUBLISH %d, PUBLISH %d on the primary; SSUBSCRIBE %d on the replica", n, spublish, publish, subscribed["ssubscribe"].Calls)
+	require.NotZero(t, subscribed["ssubscribe"].Calls, "no subscription on the replica: the test tests nothing")
+	assert.Equal(t, int64(n), spublish, "SPUBLISH on the primary")
+	assert.Zero(t, publish, "PUBLISH on the primary")
 }

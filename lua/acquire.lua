@@ -391,27 +391,41 @@ local function enqueue(queue, deadlines, entry, life)
   end
 end
 
--- Tells the subscribers of channel ch: with SPUBLISH when kind is
--- 'sharded' or '' (not known yet), PUBLISH when 'classic'; and when that
--- reaches nobody, or fails (a server without SPUBLISH), with the other
--- one too. The channel is one Locker's, subscribed while it has a waiter
--- queued: nobody hears the first kind when that Locker learnt the other
--- from a server of another version (Lockers that started before and
--- after a failover to an upgraded, or downgraded, server), or has just
--- left. Returns whether a publish was taken: one refused (an ACL without
--- the channel) fails nothing, as it comes after the script's writes,
--- which Redis does not roll back; the waiter's own timer then finds the
--- grant.
+-- Whether r, the pcall reply of a publish, is a refusal: an error other
+-- than that of a command the server does not have (SPUBLISH before 7).
+local function refusal(r)
+  return type(r) == 'table' and r.err ~= nil and
+    not string.find(string.lower(r.err), 'unknown', 1, true)
+end
+
+-- Tells the subscribers of channel ch, one Locker's, subscribed while it
+-- has a waiter queued. kind is what the releasing Locker learnt: with
+-- 'sharded' or '' (not known yet) SPUBLISH first, with 'classic' PUBLISH
+-- first; when the first reaches nobody, or fails, the other one too, as
+-- the waiting Locker may have learnt the other kind (Lockers that
+-- started before and after a failover to a server of another version).
+-- With 'replicas' (a client that subscribes on replicas, whose
+-- subscribers a primary's SPUBLISH leaves out of its count) SPUBLISH, and
+-- PUBLISH only should it fail. Returns whether the message was taken: a
+-- refusal (an ACL without the channel or the command) fails nothing, as
+-- it comes after the script's writes, which Redis does not roll back;
+-- the waiter's own timer then finds the grant.
 local function publish(ch, msg, kind)
   local first, other = 'SPUBLISH', 'PUBLISH'
   if kind == 'classic' then
     first, other = 'PUBLISH', 'SPUBLISH'
   end
   local r = redis.pcall(first, ch, msg)
-  if r ~= 0 and type(r) == 'number' then
+  if type(r) == 'number' and (r > 0 or kind == 'replicas') then
     return true
   end
   local r2 = redis.pcall(other, ch, msg)
+  if type(r2) == 'number' and r2 > 0 then
+    return true
+  end
+  if refusal(r) or refusal(r2) then
+    return false
+  end
   return type(r) == 'number' or type(r2) == 'number'
 end
 

@@ -363,30 +363,40 @@ func (r *Room) wanted(s *subscriber, channel string) bool {
 // drop ends s, whose subscription Redis refused: its waiters rely on
 // their timers, and no subscription is made for refusedFor.
 func (r *Room) drop(s *subscriber) {
-	r.end(s, refused)
-}
-
-// unlearn ends s, whose kind of pub/sub the server it reached has not
-// (sharded, after a failover to an older server): the first waiter of
-// each of its channels is woken, to ask Redis again and to subscribe
-// anew after a new probe.
-func (r *Room) unlearn(s *subscriber) {
-	r.debug("fencedlock: Redis has no sharded pub/sub any more: asking it again which kind it has")
-	r.end(s, unknown)
-}
-
-// end ends s and records mode as what the Room knows of Redis's pub/sub.
-// The waiters of s's channels are released from waiting for its
-// confirmation; with a mode other than refused, the first waiter of each
-// channel is also woken, to subscribe again.
-func (r *Room) end(s *subscriber, mode kind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pubsub, r.pubsubAsked = mode, time.Now()
-	r.learnt.Store(int32(mode))
 	if r.subs[s.group] != s {
-		return
+		return // replaced already
 	}
+	r.pubsub, r.pubsubAsked = refused, time.Now()
+	r.end(s, false)
+}
+
+// unlearn ends s, whose SSUBSCRIBE the server does not know (a failover
+// to an older server, or a node of a cluster half upgraded), and every
+// other subscriber of the Room, all sharded: the Room uses classic
+// pub/sub from then on, which reaches every server (a release that
+// SPUBLISHes to nobody PUBLISHes too). The first waiter of each channel
+// is woken to subscribe again.
+func (r *Room) unlearn(s *subscriber) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.subs[s.group] != s {
+		return // replaced already
+	}
+	r.debug("fencedlock: Redis does not know SSUBSCRIBE (a failover to an older server?): subscribing with SUBSCRIBE from now on")
+	r.pubsub, r.pubsubAsked = classic, time.Now()
+	r.learnt.Store(int32(classic))
+	for _, other := range r.subs {
+		r.end(other, true)
+	}
+}
+
+// end takes s out of the Room and closes it. The waiters of its channels
+// are released from waiting for its confirmation; with wake, the first
+// waiter of each channel is also woken, to subscribe again. The Room's
+// mu is held.
+func (r *Room) end(s *subscriber, wake bool) {
 	delete(r.subs, s.group)
 	for _, q := range s.channels {
 		if q.sub != s {
@@ -395,7 +405,7 @@ func (r *Room) end(s *subscriber, mode kind) {
 		q.sub = nil
 		if pending(q.ready) != nil {
 			close(q.ready)
-		} else if mode != refused && len(q.waiters) > 0 {
+		} else if wake && len(q.waiters) > 0 {
 			q.waiters[0].nudge()
 		}
 	}
@@ -437,21 +447,26 @@ func (r *Room) probe(ctx context.Context) kind {
 }
 
 // Publish returns how the scripts publish a hand-over, as far as the
-// Room has learnt (see probe): "sharded" (SPUBLISH), "classic" (PUBLISH)
-// or "" (not known: SPUBLISH, then PUBLISH should it fail), boxed for a
-// script's arguments.
+// Room has learnt (see probe), boxed for a script's arguments: "sharded"
+// (SPUBLISH first), "classic" (PUBLISH first), "" (not known: SPUBLISH
+// first), each followed by the other kind when the first reaches nobody;
+// or, for a client that may subscribe on replicas, whose subscribers a
+// primary's SPUBLISH does not count, "replicas" unless classic
+// (SPUBLISH, and PUBLISH only should it fail). See lua/src/lib/queue.lua.
 func (r *Room) Publish() any {
-	switch kind(r.learnt.Load()) {
-	case sharded:
-		return publishSharded
-	case classic:
+	switch k := kind(r.learnt.Load()); {
+	case k == classic:
 		return publishClassic
+	case r.replicas:
+		return publishReplicas
+	case k == sharded:
+		return publishSharded
 	}
 	return publishUnknown
 }
 
 // The values Publish returns, boxed once.
-var publishSharded, publishClassic, publishUnknown any = "sharded", "classic", ""
+var publishSharded, publishClassic, publishReplicas, publishUnknown any = "sharded", "classic", "replicas", ""
 
 // confirmed records the confirmation of a subscription to channel. The
 // first releases the waiter that asked for it; a later one (after a

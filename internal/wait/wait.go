@@ -370,9 +370,13 @@ type Room struct {
 	// resends is that the client may send a command again after its
 	// connection failed: see call.Resends
 	resends bool
-	log     Log
-	warned  atomic.Bool  // the Warn that Redis refused pub/sub was logged
-	learnt  atomic.Int32 // pubsub, for reading without mu
+	// replicas is that client may subscribe on a replica (see
+	// call.ReadsReplicas), where a primary's SPUBLISH does not count
+	// the subscribers it reaches
+	replicas bool
+	log      Log
+	warned   atomic.Bool  // the Warn that Redis refused pub/sub was logged
+	learnt   atomic.Int32 // pubsub, for reading without mu
 
 	mu          sync.Mutex             // guards the fields below, and those of the queues and subscribers
 	queues      map[string]*queue      // waiters by resource
@@ -394,7 +398,7 @@ type Log struct {
 
 // New returns the empty Room of a Locker on client.
 func New(client redis.UniversalClient, log Log) *Room {
-	return &Room{client: client, heeds: call.Heeds(client), resends: call.Resends(client), log: log}
+	return &Room{client: client, heeds: call.Heeds(client), resends: call.Resends(client), replicas: call.ReadsReplicas(client), log: log}
 }
 
 // Linger is how long a resource's channel stays subscribed after its last

@@ -18,8 +18,10 @@
 --          resource (its candidate), or ''
 -- ARGV[7]  the life in milliseconds of the candidate's place, should it
 --          be queued: given with a candidate, '' without one
--- ARGV[8]  'sharded' when the server has sharded pub/sub (SPUBLISH),
---          'classic' when not, '' when not known
+-- ARGV[8]  how to publish (see publish in lib/queue.lua): 'sharded' when
+--          the server has sharded pub/sub (SPUBLISH), 'replicas' when it
+--          has and the Locker subscribes on replicas, 'classic' when it
+--          has not, '' when not known
 --
 -- Replies:
 --   HELD (1)                            the caller held the lock, and
