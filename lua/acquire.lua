@@ -404,6 +404,9 @@ end
 -- first; when the first reaches nobody, or fails, the other one too, as
 -- the waiting Locker may have learnt the other kind (Lockers that
 -- started before and after a failover to a server of another version).
+-- (A node of a cluster counts only its own subscribers: a classic
+-- PUBLISH heard on another node counts 0 here, and costs one SPUBLISH
+-- more.)
 -- With 'replicas' (a client that subscribes on replicas, whose
 -- subscribers a primary's SPUBLISH leaves out of its count) SPUBLISH, and
 -- PUBLISH only should it fail. Returns whether the message was taken: a
