@@ -243,7 +243,7 @@ func (s *Server) launch(bin string) error {
 	// and greet: only this process's pid file, which mariadbd writes once
 	// it listens, says the greeting is its own. This one then fails to
 	// bind and exits, and start tries another port.
-	ready := func() bool { return s.ready() && s.pidIs(cmd.Process.Pid) }
+	ready := func() bool { return s.pidIs(cmd.Process.Pid) && s.ready() }
 	return s.proc.Launch(cmd, ready, 10*time.Millisecond, 60*time.Second, s.logTail)
 }
 

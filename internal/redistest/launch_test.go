@@ -8,7 +8,7 @@ import (
 
 // A server whose port another test's server took between FreePort and
 // the bind exits at once; the answer of that other server must not pass
-// for its own. (In CI a Sentinel took a redis-server's port that way, and
+// for its own. (In CI another server took a Sentinel's port that way, and
 // the test then waited for a Sentinel that was never there.)
 func TestLaunchDoesNotTakeAnotherServerForItself(t *testing.T) {
 	other := Start(t)

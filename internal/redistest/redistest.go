@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,8 +112,21 @@ func (s *Server) launch(bin string) error {
 	// Another test's server may hold the port (it was free a moment ago):
 	// only an answer from this process means the server is up. This one
 	// then fails to bind and exits, and the caller tries again.
-	ready := func() bool { return pid(s.Addr) == cmd.Process.Pid }
-	done, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, s.logTail)
+	var other atomic.Int64 // the pid of another process that answered
+	ready := func() bool {
+		id := pid(s.Addr)
+		if id != 0 && id != cmd.Process.Pid {
+			other.Store(int64(id))
+		}
+		return id == cmd.Process.Pid
+	}
+	logTail := func() string {
+		if id := other.Load(); id != 0 {
+			return fmt.Sprintf("%s was answered by process %d, not by this one (%d); %s", s.Addr, id, cmd.Process.Pid, s.logTail())
+		}
+		return s.logTail()
+	}
+	done, err := servertest.Launch(cmd, ready, 5*time.Millisecond, 10*time.Second, logTail)
 	if err != nil {
 		return err
 	}
@@ -141,7 +155,9 @@ func (s *Server) logTail() string {
 }
 
 // pid returns the process id of the server (or Sentinel) that answers
-// at addr, from INFO, or 0 when none answers.
+// at addr, from INFO, or 0 when none answers, or when it does not take
+// commands yet (PING answers LOADING while it loads its data; INFO
+// answers then too).
 func pid(addr string) int {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
@@ -149,13 +165,16 @@ func pid(addr string) int {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+	if _, err := c.Write([]byte("PING\r\nINFO server\r\n")); err != nil {
 		return 0
 	}
 	r := bufio.NewReader(c)
+	if pong, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(pong, "+PONG") {
+		return 0
+	}
 	head, err := r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(head, "$") {
-		return 0 // an error: loading, say
+		return 0
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
 	if err != nil || n < 0 {

@@ -118,6 +118,11 @@ func (r *Room) subscribe(ctx context.Context, q *queue) <-chan struct{} {
 			r.mu.Unlock()
 			return pending(ready)
 		}
+		// What the Room knows now: an unlearn may have decided since.
+		if mode = r.pubsub; mode == unknown || mode == refused {
+			r.mu.Unlock()
+			return nil
+		}
 	}
 	defer r.mu.Unlock()
 	_, cluster := r.client.(*redis.ClusterClient)
@@ -440,9 +445,15 @@ func (r *Room) probe(ctx context.Context) kind {
 		return unknown
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pubsub != unknown && r.pubsub != refused {
+		// Learnt while this probe ran: by another, or by an unlearn,
+		// which this probe's answer (from another node, say) must not
+		// undo.
+		return r.pubsub
+	}
 	r.pubsub, r.pubsubAsked = mode, time.Now()
 	r.learnt.Store(int32(mode))
-	r.mu.Unlock()
 	return mode
 }
 

@@ -18,10 +18,10 @@
 --          resource (its candidate), or ''
 -- ARGV[7]  the life in milliseconds of the candidate's place, should it
 --          be queued: given with a candidate, '' without one
--- ARGV[8]  how to publish (see publish in lib/queue.lua): 'sharded' when
---          the server has sharded pub/sub (SPUBLISH), 'replicas' when it
---          has and the Locker subscribes on replicas, 'classic' when it
---          has not, '' when not known
+-- ARGV[8]  how to publish (see publish in lib/queue.lua): 'classic' when
+--          the server is known to lack sharded pub/sub; else 'replicas'
+--          when the Locker may subscribe on replicas; else 'sharded' when
+--          the server has sharded pub/sub (SPUBLISH), '' when not known
 --
 -- Replies:
 --   HELD (1)                            the caller held the lock, and
