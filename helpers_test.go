@@ -525,8 +525,9 @@ func userClient(t *testing.T, srv *redistest.Server, user, password string, quie
 // aclPassword is the password of the tests' users.
 const aclPassword = "s3cret-of-the-test"
 
-// startReplica starts a replica of srv and waits until it is in sync.
-func startReplica(t *testing.T, srv *redistest.Server) {
+// startReplica starts a replica of srv, waits until it is in sync, and
+// returns it.
+func startReplica(t *testing.T, srv *redistest.Server) *redistest.Server {
 	t.Helper()
 	host, port, _ := strings.Cut(srv.Addr, ":")
 	// No pause before a diskless full sync (Redis 7 waits 5 seconds).
@@ -535,4 +536,5 @@ func startReplica(t *testing.T, srv *redistest.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, redistest.WaitInSync(ctx, srv.Client(t), replica.Client(t)))
+	return replica
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -216,13 +215,8 @@ func TestReadOnlyClusterHandOversPublishOnce(t *testing.T) {
 	primary := redistest.Start(t)
 	pc := primary.Client(t)
 	requireSharded(t, pc)
-	require.NoError(t, pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err())
-	host, port, _ := strings.Cut(primary.Addr, ":")
-	replica := redistest.Start(t, "--replicaof", host, port)
+	replica := startReplica(t, primary)
 	rc := replica.Client(t)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(t, redistest.WaitInSync(wctx, pc, rc))
 	locker := func() *fencedlock.Locker {
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			ReadOnly: true,
