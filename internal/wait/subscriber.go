@@ -463,7 +463,7 @@ func (r *Room) probe(ctx context.Context) kind {
 // first), each followed by the other kind when the first reaches nobody;
 // or, for a client that may subscribe on replicas, whose subscribers a
 // primary's SPUBLISH does not count, "replicas" unless classic
-// (SPUBLISH, and PUBLISH only should it fail). See lua/src/lib/queue.lua.
+// (SPUBLISH, and PUBLISH only should it fail). See lua/src/lib/publish.lua.
 func (r *Room) Publish() any {
 	switch k := kind(r.learnt.Load()); {
 	case k == classic:

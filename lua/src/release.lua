@@ -18,7 +18,7 @@
 --          resource (its candidate), or ''
 -- ARGV[7]  the life in milliseconds of the candidate's place, should it
 --          be queued: given with a candidate, '' without one
--- ARGV[8]  how to publish (see publish in lib/queue.lua): 'classic' when
+-- ARGV[8]  how to publish (see lib/publish.lua): 'classic' when
 --          the server is known to lack sharded pub/sub; else 'replicas'
 --          when the Locker may subscribe on replicas; else 'sharded' when
 --          the server has sharded pub/sub (SPUBLISH), '' when not known
@@ -133,7 +133,7 @@ if ARGV[3] == '' and ARGV[4] == '' then
   end
 end
 --@end
---@include get clock idle counter live queue
+--@include get clock idle counter live queue publish
 
 -- The whole decision, for every case. The lock is read first: a read
 -- refused raises before anything is written.
