@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,9 +35,9 @@ func requireSharded(t *testing.T, c redis.UniversalClient) {
 // startWithoutShardedPubSub starts a server that answers as one without
 // sharded pub/sub does: SSUBSCRIBE and SPUBLISH are unknown commands, so
 // is PUBSUB (the library's probe), which the test still has as
-// renamedPubSub.
-func startWithoutShardedPubSub(t *testing.T) *redistest.Server {
-	return redistest.Start(t, "--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "", "--rename-command", "PUBSUB", renamedPubSub)
+// renamedPubSub. extra are more arguments of the server.
+func startWithoutShardedPubSub(t *testing.T, extra ...string) *redistest.Server {
+	return redistest.Start(t, append([]string{"--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "", "--rename-command", "PUBSUB", renamedPubSub}, extra...)...)
 }
 
 const renamedPubSub = "PUBSUB-OF-THE-TEST"
@@ -245,4 +246,139 @@ func TestReadOnlyClusterHandOversPublishOnce(t *testing.T) {
 	require.NotZero(t, subscribed["ssubscribe"].Calls, "no subscription on the replica: the test tests nothing")
 	assert.Equal(t, int64(n), spublish, "SPUBLISH on the primary")
 	assert.Zero(t, publish, "PUBLISH on the primary")
+}
+
+// On Redis Cluster, a failover of one node to a server without sharded
+// pub/sub switches the Locker to classic pub/sub on every node: the
+// subscriber of that node meets SSUBSCRIBE as an unknown command, and the
+// sharded subscriber of the other node ends too, though its server has
+// sharded pub/sub and its connection never broke (so that nothing but
+// the unlearning of the first can end it); its waiter subscribes again
+// with SUBSCRIBE, on the Locker's one classic connection, which a
+// cluster's PUBLISH reaches from any node, and both waiters hear their
+// hand-overs. Node 2 is sent no SSUBSCRIBE again. Node 1 is a plain
+// server (which takes keys of any slot) that fails over, through a
+// proxy, to a node of a two-node cluster without sharded pub/sub; node 2
+// is the cluster's other node and stays.
+func TestFailoverOfOneClusterNodeWithoutShardedPubSubEndsEveryShardedSubscriber(t *testing.T) {
+	withSharded := redistest.Start(t)
+	requireSharded(t, withSharded.Client(t))
+	without := startWithoutShardedPubSub(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	node2 := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	formCluster(t, without, node2) // without serves 0..8191, node2 8192..16383
+	ctx := testCtx(t)
+	n1, n1new, n2 := withSharded.Client(t), without.Client(t), node2.Client(t)
+	p := redistest.NewProxy(t, withSharded.Addr)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{
+				{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: p.Addr()}}},
+				{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: node2.Addr}}},
+			}, nil
+		},
+	})
+	t.Cleanup(func() { cc.Close() })
+	waiters := fencedlock.New(cc)
+	r1, r2 := resourceInSlots(t, waiters, 0, 8191), resourceInSlots(t, waiters, 8192, 16383)
+	ch1, ch2 := grantsChannel(waiters, r1), grantsChannel(waiters, r2)
+
+	mustTryAcquire(t, ctx, fencedlock.New(n1), r1, longTTL)
+	holder2 := mustTryAcquire(t, ctx, fencedlock.New(n2), r2, longTTL)
+	done1 := acquireAsync(ctx, waiters, r1, longTTL, hourRetryDelay)
+	done2 := acquireAsync(ctx, waiters, r2, longTTL, hourRetryDelay)
+	waitUntil(t, func() bool {
+		return waiters.WaiterRefused(r1) && waiters.WaiterRefused(r2) &&
+			channelSubscribers(t, n1, waiters, r1) == 1 && channelSubscribers(t, n2, waiters, r2) == 1
+	}, "both waiters to subscribe with SSUBSCRIBE, each on its node")
+
+	before, err := redistest.CommandStats(ctx, n2)
+	require.NoError(t, err)
+
+	// Node 1's new primary: the lock is held there too (its data is not
+	// the old one's), by a holder that releases once the waiter is there.
+	holder1 := mustTryAcquire(t, ctx, fencedlock.New(n1new), r1, longTTL)
+	p.Retarget(without.Addr)
+	classic := func(channel string) int64 {
+		var total int64
+		for _, c := range []struct {
+			client *redis.Client
+			pubsub string
+		}{{n1new, renamedPubSub}, {n2, "PUBSUB"}} {
+			// PUBSUB NUMSUB: [channel, count]
+			n, err := c.client.Do(ctx, c.pubsub, "NUMSUB", channel).Slice()
+			require.NoError(t, err)
+			require.Len(t, n, 2)
+			count, ok := n[1].(int64)
+			require.True(t, ok, "PUBSUB NUMSUB %s: %v", channel, n)
+			total += count
+		}
+		return total
+	}
+	waitUntil(t, func() bool { return channelSubscribers(t, n2, waiters, r2) == 0 },
+		"node 2's sharded subscriber to end: its server has SSUBSCRIBE, but the Locker learnt classic pub/sub on node 1")
+	// A sharded subscriber of a cluster also holds a classic subscription
+	// of its first channel (to keep go-redis's reconnect on its node):
+	// one classic subscription each, with node 2's sharded one gone, is
+	// the waiters' new one.
+	waitUntil(t, func() bool {
+		return classic(ch1) == 1 && classic(ch2) == 1 && channelSubscribers(t, n2, waiters, r2) == 0
+	}, "both waiters to subscribe with SUBSCRIBE")
+
+	released := time.Now()
+	require.NoError(t, holder1.Release(ctx))
+	require.NoError(t, holder2.Release(ctx))
+	lock1 := awaitAcquired(t, done1)
+	took1 := time.Since(released)
+	lock2 := awaitAcquired(t, done2)
+	took2 := time.Since(released)
+	assert.Less(t, took1, time.Second, "the hand-over on node 1 must come by pub/sub, not by the hour-long timer")
+	assert.Less(t, took2, time.Second, "the hand-over on node 2 must come by pub/sub, not by the hour-long timer")
+	assert.Greater(t, lock1.Token(), holder1.Token())
+	assert.Greater(t, lock2.Token(), holder2.Token())
+	after, err := redistest.CommandStats(ctx, n2)
+	require.NoError(t, err)
+	assert.Zero(t, after["ssubscribe"].Calls-before["ssubscribe"].Calls,
+		"SSUBSCRIBE on node 2 after the Locker learnt classic pub/sub")
+	require.NoError(t, lock1.Release(ctx))
+	require.NoError(t, lock2.Release(ctx))
+}
+
+// resourceInSlots returns a resource whose keys and grants channel of l
+// hash to a slot in from..to.
+func resourceInSlots(t *testing.T, l *fencedlock.Locker, from, to uint16) string {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		r := fmt.Sprintf("r%d", i)
+		if s := fencedlock.HashSlot(grantsChannel(l, r)); s >= from && s <= to {
+			require.Equal(t, s, fencedlock.HashSlot(l.LockKey(r)), "the channel and the lock of %q in one slot", r)
+			return r
+		}
+	}
+	t.Fatalf("no resource in slots %d..%d", from, to)
+	return ""
+}
+
+// formCluster makes servers, started with cluster-enabled, a Redis
+// Cluster of masters, the slots split evenly between them in order, and
+// waits until every one of them says it is ok.
+func formCluster(t *testing.T, servers ...*redistest.Server) {
+	t.Helper()
+	ctx := testCtx(t)
+	host, port, _ := strings.Cut(servers[0].Addr, ":")
+	for i, s := range servers {
+		c := s.Client(t)
+		from, to := i*16384/len(servers), (i+1)*16384/len(servers)-1
+		require.NoError(t, redistest.AddSlots(ctx, c, from, to), "slots %d..%d", from, to)
+		if i > 0 {
+			require.NoError(t, c.ClusterMeet(ctx, host, port).Err())
+		}
+	}
+	for _, s := range servers {
+		c := s.Client(t)
+		waitUntil(t, func() bool {
+			info, err := c.ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok") &&
+				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d\r", len(servers)))
+		}, "the cluster to form")
+	}
 }
