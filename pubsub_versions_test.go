@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -265,7 +264,7 @@ func TestFailoverOfOneClusterNodeWithoutShardedPubSubEndsEveryShardedSubscriber(
 	requireSharded(t, withSharded.Client(t))
 	without := startWithoutShardedPubSub(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	node2 := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	formCluster(t, without, node2) // without serves 0..8191, node2 8192..16383
+	redistest.FormCluster(t, without, node2) // without serves 0..8191, node2 8192..16383
 	ctx := testCtx(t)
 	n1, n1new, n2 := withSharded.Client(t), without.Client(t), node2.Client(t)
 	p := redistest.NewProxy(t, withSharded.Addr)
@@ -356,29 +355,4 @@ func resourceInSlots(t *testing.T, l *fencedlock.Locker, from, to uint16) string
 	}
 	t.Fatalf("no resource in slots %d..%d", from, to)
 	return ""
-}
-
-// formCluster makes servers, started with cluster-enabled, a Redis
-// Cluster of masters, the slots split evenly between them in order, and
-// waits until every one of them says it is ok.
-func formCluster(t *testing.T, servers ...*redistest.Server) {
-	t.Helper()
-	ctx := testCtx(t)
-	host, port, _ := strings.Cut(servers[0].Addr, ":")
-	for i, s := range servers {
-		c := s.Client(t)
-		from, to := i*16384/len(servers), (i+1)*16384/len(servers)-1
-		require.NoError(t, redistest.AddSlots(ctx, c, from, to), "slots %d..%d", from, to)
-		if i > 0 {
-			require.NoError(t, c.ClusterMeet(ctx, host, port).Err())
-		}
-	}
-	for _, s := range servers {
-		c := s.Client(t)
-		waitUntil(t, func() bool {
-			info, err := c.ClusterInfo(ctx).Result()
-			return err == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d\r", len(servers)))
-		}, "the cluster to form")
-	}
 }

@@ -273,12 +273,25 @@ func StartCluster(tb testing.TB) *Server {
 // returns the servers. Use a redis.ClusterClient with their Addrs.
 func StartClusterN(tb testing.TB, n int) []*Server {
 	tb.Helper()
-	ctx := context.Background()
 	servers := make([]*Server, n)
-	clients := make([]*redis.Client, n)
 	for i := range servers {
 		servers[i] = Start(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-		clients[i] = redis.NewClient(&redis.Options{Addr: servers[i].Addr})
+	}
+	FormCluster(tb, servers...)
+	return servers
+}
+
+// FormCluster makes servers, started with --cluster-enabled yes and a
+// --cluster-config-file of their own, a Redis Cluster of masters (no
+// replicas), the slots split evenly between them in order, and waits
+// until each of them says the cluster is ok and knows them all.
+func FormCluster(tb testing.TB, servers ...*Server) {
+	tb.Helper()
+	ctx := context.Background()
+	n := len(servers)
+	clients := make([]*redis.Client, n)
+	for i, s := range servers {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr})
 		defer clients[i].Close()
 	}
 	for i, c := range clients {
@@ -306,5 +319,4 @@ func StartClusterN(tb testing.TB, n int) []*Server {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return servers
 }
