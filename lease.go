@@ -17,6 +17,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
 	"github.com/fencedlock/fencedlock/internal/wait"
+	"github.com/fencedlock/fencedlock/internal/withdraw"
 	"github.com/fencedlock/fencedlock/observe"
 )
 
@@ -715,15 +716,7 @@ func (k *Lock) Release(ctx context.Context) error {
 func (k *Lock) releaseLock(ctx context.Context) error {
 	// A Lock that has ended says so, whatever ctx: as Refresh and TTL do.
 	if err := k.ended(); err != nil {
-		if call.Ended(ctx) == nil && k.withdrawOnce() {
-			// Its lease ran out by the local clock, and Redis may keep
-			// its key (a Refresh answered too late): deleted, or handed
-			// to a waiter, if it is still this owner's. Its outcome
-			// changes nothing of the Lock's.
-			sent := time.Now()
-			r, rerr := k.release(ctx, k.keyArgs[:keyMarker], "", "", wait.Candidate{})
-			k.handedOver(ctx, r, rerr, sent, wait.Candidate{})
-		}
+		k.withdrawRanOut(ctx)
 		return err
 	}
 	if err := call.Err(ctx); err != nil {
@@ -745,6 +738,29 @@ func (k *Lock) releaseLock(ctx context.Context) error {
 	r, err := k.release(ctx, keys, "", "", next)
 	k.handedOver(ctx, r, err, sent, next)
 	return k.finishRelease(r.held, err, time.Now())
+}
+
+// withdrawRanOut deletes the key of a Lock whose lease ran out by the
+// local clock, once, and only with a ctx that has not ended: Redis may
+// keep the key (a Refresh answered too late), and it is deleted, or
+// handed to a waiter, if it is still this owner's. Its outcome changes
+// nothing of the Lock's. Release runs it, and so does package election
+// (through package withdraw) for a term it lost.
+func (k *Lock) withdrawRanOut(ctx context.Context) {
+	if call.Ended(ctx) != nil || !k.withdrawOnce() {
+		return
+	}
+	sent := time.Now()
+	r, rerr := k.release(ctx, k.keyArgs[:keyMarker], "", "", wait.Candidate{})
+	k.handedOver(ctx, r, rerr, sent, wait.Candidate{})
+}
+
+func init() {
+	withdraw.RanOut = func(ctx context.Context, lock any) {
+		if k, ok := lock.(*Lock); ok && k.check() == nil {
+			k.withdrawRanOut(ctx)
+		}
+	}
 }
 
 // withdrawOnce reports whether the Lock ended as its lease ran out by the

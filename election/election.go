@@ -15,6 +15,7 @@ import (
 	"github.com/fencedlock/fencedlock/internal/call"
 	"github.com/fencedlock/fencedlock/internal/names"
 	"github.com/fencedlock/fencedlock/internal/script"
+	"github.com/fencedlock/fencedlock/internal/withdraw"
 	"github.com/fencedlock/fencedlock/observe"
 )
 
@@ -487,7 +488,10 @@ func parseRecord(s string) (Leader, bool) {
 // [fencedlock.ErrLockLost] when it was lost (read it with
 // [context.Cause]). fn must stop when it is: the term's token keeps a
 // fenced store safe from its late writes, but nothing else is. An fn that
-// returns because its term ended does not stop Run: it campaigns again.
+// returns because its term ended does not stop Run: it campaigns again,
+// having deleted the term's key if the term's lease ran out by the local
+// clock while Redis still kept the key for it (a refresh answered too
+// late), so that the office is not held, by nobody, until it expires.
 // So does an fn whose error matches [fencedlock.ErrStaleToken]: a store
 // holds a later term's write, so this term is over even if its heartbeat
 // has not yet found out. Run then pauses before it campaigns again, as
@@ -627,7 +631,12 @@ func (e *Election) serve(ctx context.Context, term *Term, fn func(context.Contex
 			_ = term.Resign(rctx) // failing, the term ends with its lease
 		case errors.Is(lerr, fencedlock.ErrLockLost):
 			// Lost: nothing to release (and no Release for the
-			// Observer to report as failed), but the record to forget.
+			// Observer to report as failed), but the record to forget,
+			// and, if the lease ran out by the local clock, the key to
+			// delete should a refresh answered too late have kept it:
+			// else the next campaign, this Run's too, would wait for
+			// it to expire.
+			withdraw.RanOut(rctx, term.lock)
 			e.forget(rctx, term.Token())
 		}
 		// Else resigned by fn, which forgot the record.

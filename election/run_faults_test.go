@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +209,89 @@ func TestRunReturnsARedirectToAPlainClient(t *testing.T) {
 	assert.ErrorContains(t, err, "MOVED")
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Run campaigned on MOVED until its ctx ended")
 	assert.Less(t, time.Since(start), 4*time.Second)
+}
+
+// A term whose lease runs out by the local clock while Redis kept its
+// key (the heartbeat's refresh ran there, but its answer came too late)
+// is lost; Run deletes the key, if it is still the term's, so that the
+// next campaign, its own here, is elected at once instead of waiting for
+// the key to expire. The Observer sees no Release, as for any lost term.
+func TestRunWithdrawsATermThatRanOut(t *testing.T) {
+	b := redistest.Real(t) // the key's expiry, and replies held back
+	ctx := elCtx(t)
+	late := &lateReplies{delay: 3 * time.Second}
+	client := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+	client.AddHook(late)
+	t.Cleanup(func() { client.Close() })
+	var mu sync.Mutex
+	var releases []error
+	obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
+		if ev.Kind == observe.ReleaseEnd {
+			mu.Lock()
+			releases = append(releases, ev.Err)
+			mu.Unlock()
+		}
+		return ctx
+	})
+	l := fencedlock.New(client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+	lockKey, _, _ := elKeys(l, "ranout")
+	// a heartbeat every second: its first refresh, sent a second in,
+	// keeps the key until 4 s, and its answer comes at 4 s, after the
+	// lease ran out (2.85 s)
+	e := election.New(l, "ranout", election.WithTTL(3*time.Second))
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var terms int
+	var lost, elected time.Time
+	var kept time.Duration
+	err := e.Run(rctx, "a", func(fctx context.Context, term *election.Term) error {
+		terms++
+		if terms > 1 {
+			elected = time.Now()
+			cancel()
+			return nil
+		}
+		late.on.Store(true)
+		<-fctx.Done()
+		lost = time.Now()
+		late.on.Store(false)
+		assert.ErrorIs(t, term.Err(), fencedlock.ErrLockLost)
+		assert.ErrorContains(t, term.Err(), "TTL ran out", "the term must be lost by the local clock")
+		kept = b.Client.PTTL(ctx, lockKey).Val()
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, terms)
+	require.Greater(t, kept, 500*time.Millisecond, "the late refresh did not keep the key: the test tests nothing")
+	assert.Less(t, elected.Sub(lost), 500*time.Millisecond,
+		"the next term began %v after the loss; the key, kept %v more, was not deleted", elected.Sub(lost), kept)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, rerr := range releases[:len(releases)-1] { // the last: the second term's
+		assert.NoError(t, rerr, "the lost term reported as a failed Release")
+	}
+}
+
+// lateReplies is a client hook that holds back the replies to scripts
+// (EVALSHA) that Redis ran for delay while on (not a NOSCRIPT, after
+// which the client sends the script).
+type lateReplies struct {
+	on    atomic.Bool
+	delay time.Duration
+}
+
+func (h *lateReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.on.Load() && cmd.Name() == "evalsha" && err == nil {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+func (h *lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
