@@ -295,3 +295,80 @@ func (h *lateReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// The key that Run withdraws for a term that ran out goes at once to the
+// next candidate queued for it (another process's, here another
+// Locker's), not after the key's expiry; the Observer of the lost term's
+// Locker sees that hand-over, and no Release.
+func TestRunHandsATermThatRanOutToTheNextCandidate(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := elCtx(t)
+	late := &lateReplies{delay: 3 * time.Second}
+	client := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+	client.AddHook(late)
+	t.Cleanup(func() { client.Close() })
+	var mu sync.Mutex
+	var releases []error
+	var handOvers []uint64
+	obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev.Kind {
+		case observe.ReleaseEnd:
+			releases = append(releases, ev.Err)
+		case observe.HandOver:
+			handOvers = append(handOvers, ev.Token)
+		}
+		return ctx
+	})
+	la := fencedlock.New(client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+	lb := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
+	lockKey, _, _ := elKeys(la, "handon")
+	ea := election.New(la, "handon", election.WithTTL(3*time.Second))
+	eb := election.New(lb, "handon", election.WithTTL(3*time.Second))
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type campaign struct {
+		term *election.Term
+		err  error
+		at   time.Time
+	}
+	bDone := make(chan campaign, 1)
+	var lost time.Time
+	var kept time.Duration
+	var terms int
+	err := ea.Run(rctx, "a", func(fctx context.Context, term *election.Term) error {
+		terms++
+		if terms > 1 {
+			return nil // not reached: b holds the office
+		}
+		late.on.Store(true)
+		go func() {
+			tb, err := eb.Campaign(ctx, "b")
+			bDone <- campaign{tb, err, time.Now()}
+		}()
+		<-fctx.Done()
+		lost = time.Now()
+		late.on.Store(false)
+		assert.ErrorContains(t, term.Err(), "TTL ran out", "the term must be lost by the local clock")
+		kept = b.Client.PTTL(ctx, lockKey).Val()
+		go func() {
+			// a's Run campaigns again, behind b: end it once b is elected
+			c := <-bDone
+			bDone <- c
+			cancel()
+		}()
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	c := <-bDone
+	require.NoError(t, c.err)
+	t.Cleanup(func() { _ = c.term.Resign(context.Background()) })
+	require.Greater(t, kept, 500*time.Millisecond, "the late refresh did not keep the key: the test tests nothing")
+	assert.Less(t, c.at.Sub(lost), 500*time.Millisecond,
+		"b was elected %v after a's term was lost; the key, kept %v more, was not handed on", c.at.Sub(lost), kept)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, releases, "the lost term reported as a Release")
+	assert.Equal(t, []uint64{uint64(c.term.Token())}, handOvers, "the hand-over of the lost term's key to b")
+}
