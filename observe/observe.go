@@ -89,9 +89,11 @@ const (
 	// ReleaseEnd: Release returns. Resource, Token, Duration, Err (nil
 	// when it released the lock).
 	ReleaseEnd
-	// HandOver: a release by this Locker (Release, or a waiter leaving
-	// the queue) handed the lock to the first waiter in the queue, of
-	// this process or another. Resource, Token (the new holder's).
+	// HandOver: a release by this Locker (Release, a waiter leaving the
+	// queue, or package election's Run deleting the key of a term whose
+	// lease ran out, which reports no Release) handed the lock to the
+	// first waiter in the queue, of this process or another. Resource,
+	// Token (the new holder's).
 	HandOver
 	// StoreWriteStart: a write to a Store that fencedlock.ObserveStore
 	// wraps begins. Resource, Token.
