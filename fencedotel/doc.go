@@ -159,7 +159,8 @@
 // fencedlock.hand_over ([EventHandOver]), with the new holder's
 // fencedlock.token, to the release's span; when a waiter that gives up
 // hands on a lock granted to it meanwhile, to its acquire span, if not
-// ended yet. See
+// ended yet; when election's Run hands on the key of a term whose lease
+// ran out, to the span of Run's ctx, if it has one. See
 // https://github.com/fencedlock/fencedlock/blob/main/docs/waiting.md for
 // hand-overs.
 //

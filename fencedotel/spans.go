@@ -156,7 +156,9 @@ func (o *Observer) endStoreSpan(ctx context.Context, kind spanKind, e observe.Ev
 
 // handOverEvent adds a span event for a hand-over to the span in ctx,
 // whoever started it: the release's span when Release handed the lock
-// on, the acquire's when a waiter leaving the queue did.
+// on, the acquire's when a waiter leaving the queue did, and the span of
+// election.Run's ctx, if any, when Run deleted the key of a term whose
+// lease ran out.
 func handOverEvent(ctx context.Context, e observe.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
