@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -198,5 +200,58 @@ func TestRunLeaderWithAWrongPasswordExits(t *testing.T) {
 	}
 	if code := p.wait(); code != exitUnavailable {
 		t.Errorf("status %d after %v, want %d; stderr %s", code, time.Since(start).Round(time.Millisecond), exitUnavailable, p.errText())
+	}
+}
+
+// fencedlock's stderr is a pipe nobody reads any more (a log pipe whose
+// reader died, "2>&1 | head"). The lock is lost while CMD runs: the line
+// saying so cannot be written, but fencedlock must still stop CMD and
+// what it started, and exit 1, rather than be killed by SIGPIPE, leaving
+// them to run without the lock.
+func TestRunStderrClosedPipeStillStopsCMD(t *testing.T) {
+	e := newEnv(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // a write to w now raises SIGPIPE
+	// CMD's stderr goes to a file: sh reports its sleep ended by SIGTERM
+	// there, which the broken pipe would make its own SIGPIPE.
+	script := `exec 2> sh.err; (trap '' TERM; exec sleep 60) & echo $! > gc.pid; trap 'echo TERM > got; exit 0' TERM; echo ready > ready; while :; do sleep 0.02; done`
+	cmd := exec.Command(bin, "run", "-prefix", e.b.Prefix, "-ttl", "3s", "-kill-after", "300ms", "epipe", "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), envRedisURL+"="+e.url)
+	cmd.Dir = e.dir
+	cmd.SysProcAttr = newGroup()
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	waitUntil(t, "CMD to be ready", func() bool { return e.read("ready") == "ready\n" })
+	gc, err := strconv.Atoi(strings.TrimSpace(e.read("gc.pid")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(gc, syscall.SIGKILL) })
+	if err := e.b.Client.Del(context.Background(), e.b.Prefix+":{epipe}:lock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(waitLimit):
+		t.Fatalf("fencedlock did not exit within %v", waitLimit)
+	}
+	if code := exitStatus(cmd.ProcessState); code != exitFailure {
+		t.Errorf("status %d, want %d", code, exitFailure)
+	}
+	if got := e.read("got"); got != "TERM\n" {
+		t.Errorf("CMD's trap wrote %q; want TERM", got)
+	}
+	time.Sleep(time.Second) // well past -kill-after
+	if !processGone(gc) {
+		t.Errorf("CMD's child %d still runs after fencedlock exited with the lock lost", gc)
 	}
 }
