@@ -30,6 +30,13 @@ func notifySignals() (chan os.Signal, func()) {
 	if len(sigs) > 0 {
 		signal.Notify(ch, sigs...)
 	}
+	// A write to a stderr (or stdout) that is a pipe nobody reads would
+	// otherwise kill fencedlock with SIGPIPE, in the middle of saying
+	// that the lock is lost, before it stops CMD and what CMD started.
+	// Caught, the write fails with EPIPE instead, and fencedlock goes on.
+	// CMD gets SIGPIPE's default action, as a caught signal is reset by
+	// exec. It stays caught until fencedlock exits.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	return ch, func() { signal.Stop(ch) }
 }
 
