@@ -32,6 +32,10 @@ var bin string
 // envHelper, set to "put", makes the test binary the fenced writer.
 const envHelper = "FENCEDLOCK_TEST_HELPER"
 
+// helperModes are what the test binary can be instead of the tests, by
+// the value of FENCEDLOCK_TEST_HELPER.
+var helperModes = map[string]func() int{"put": putHelper}
+
 // Environment of the writer: the prefix of its RedisStore, and the value
 // it writes. It writes to the resource in FENCEDLOCK_RESOURCE with the
 // token in FENCEDLOCK_TOKEN, on the Redis in FENCEDLOCK_REDIS_URL.
@@ -51,8 +55,8 @@ const (
 const waitLimit = 20 * time.Second
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envHelper) == "put" {
-		os.Exit(putHelper())
+	if helper := helperModes[os.Getenv(envHelper)]; helper != nil {
+		os.Exit(helper())
 	}
 	dir, err := os.MkdirTemp("", "fencedlock-cmd-")
 	if err != nil {
