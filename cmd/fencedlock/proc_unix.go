@@ -66,7 +66,7 @@ func reapGroup(pgid int, kill <-chan time.Time) {
 	if kill == nil {
 		giveUp = time.After(time.Second)
 	}
-	for syscall.Kill(-pgid, 0) == nil {
+	for reapZombies(pgid); syscall.Kill(-pgid, 0) == nil; reapZombies(pgid) {
 		select {
 		case <-kill:
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -74,6 +74,20 @@ func reapGroup(pgid int, kill <-chan time.Time) {
 		case <-giveUp:
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// reapZombies waits for the processes of group pgid that have exited and
+// are fencedlock's children. CMD was waited for already; others are only
+// when fencedlock is a subreaper, as a container's PID 1 is: a process
+// CMD started that outlived CMD became its child. Left unwaited, such a
+// zombie would keep the group alive for reapGroup until -kill-after.
+func reapZombies(pgid int) {
+	for {
+		pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil)
+		if err != nil || pid <= 0 {
+			return
 		}
 	}
 }
