@@ -111,17 +111,8 @@ func TestRunKeepsItsCtxsCause(t *testing.T) {
 func TestRunDoesNotReportALostTermAsAFailedRelease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := elCtx(t)
-		var mu sync.Mutex
-		var releases []error
-		obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
-			if ev.Kind == observe.ReleaseEnd {
-				mu.Lock()
-				releases = append(releases, ev.Err)
-				mu.Unlock()
-			}
-			return ctx
-		})
-		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+		var events eventLog
+		l := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(observe.Func(events.observe)))
 		lockKey, record, _ := elKeys(l, "lost")
 		e := election.New(l, "lost", election.WithTTL(600*time.Millisecond))
 		rctx, cancel := context.WithCancel(ctx)
@@ -132,10 +123,8 @@ func TestRunDoesNotReportALostTermAsAFailedRelease(t *testing.T) {
 			return nil
 		})
 		require.ErrorIs(t, err, context.Canceled)
-		mu.Lock()
-		defer mu.Unlock()
-		for _, rerr := range releases {
-			assert.NoError(t, rerr, "a lost term reported as a failed Release")
+		for _, ev := range events.of(observe.ReleaseEnd) {
+			assert.NoError(t, ev.Err, "a lost term reported as a failed Release")
 		}
 		n, err := b.Client.Exists(ctx, record).Result()
 		require.NoError(t, err)
@@ -219,21 +208,7 @@ func TestRunReturnsARedirectToAPlainClient(t *testing.T) {
 func TestRunWithdrawsATermThatRanOut(t *testing.T) {
 	b := redistest.Real(t) // the key's expiry, and replies held back
 	ctx := elCtx(t)
-	late := &lateReplies{delay: 3 * time.Second}
-	client := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
-	client.AddHook(late)
-	t.Cleanup(func() { client.Close() })
-	var mu sync.Mutex
-	var releases []error
-	obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
-		if ev.Kind == observe.ReleaseEnd {
-			mu.Lock()
-			releases = append(releases, ev.Err)
-			mu.Unlock()
-		}
-		return ctx
-	})
-	l := fencedlock.New(client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+	l, late, events := lateLocker(t, b)
 	lockKey, _, _ := elKeys(l, "ranout")
 	// a heartbeat every second: its first refresh, sent a second in,
 	// keeps the key until 4 s, and its answer comes at 4 s, after the
@@ -244,6 +219,7 @@ func TestRunWithdrawsATermThatRanOut(t *testing.T) {
 	var terms int
 	var lost, elected time.Time
 	var kept time.Duration
+	var first fencedlock.Token
 	err := e.Run(rctx, "a", func(fctx context.Context, term *election.Term) error {
 		terms++
 		if terms > 1 {
@@ -251,6 +227,7 @@ func TestRunWithdrawsATermThatRanOut(t *testing.T) {
 			cancel()
 			return nil
 		}
+		first = term.Token()
 		late.on.Store(true)
 		<-fctx.Done()
 		lost = time.Now()
@@ -265,11 +242,21 @@ func TestRunWithdrawsATermThatRanOut(t *testing.T) {
 	require.Greater(t, kept, 500*time.Millisecond, "the late refresh did not keep the key: the test tests nothing")
 	assert.Less(t, elected.Sub(lost), 500*time.Millisecond,
 		"the next term began %v after the loss; the key, kept %v more, was not deleted", elected.Sub(lost), kept)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, rerr := range releases[:len(releases)-1] { // the last: the second term's
-		assert.NoError(t, rerr, "the lost term reported as a failed Release")
+	for _, ev := range events.of(observe.ReleaseEnd) {
+		assert.NotEqual(t, uint64(first), ev.Token, "the lost term reported as a Release: %v", ev.Err)
 	}
+}
+
+// lateLocker returns a Locker of b's prefix whose client holds back the
+// replies to scripts for 3 s while late is on, and the log of the events
+// its Observer was given.
+func lateLocker(t *testing.T, b *redistest.Backend) (l *fencedlock.Locker, late *lateReplies, events *eventLog) {
+	late = &lateReplies{delay: 3 * time.Second}
+	client := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
+	client.AddHook(late)
+	t.Cleanup(func() { client.Close() })
+	events = new(eventLog)
+	return fencedlock.New(client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(observe.Func(events.observe))), late, events
 }
 
 // lateReplies is a client hook that holds back the replies to scripts
@@ -303,25 +290,7 @@ func (h *lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestRunHandsATermThatRanOutToTheNextCandidate(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := elCtx(t)
-	late := &lateReplies{delay: 3 * time.Second}
-	client := redis.NewClient(&redis.Options{Addr: b.Client.Options().Addr})
-	client.AddHook(late)
-	t.Cleanup(func() { client.Close() })
-	var mu sync.Mutex
-	var releases []error
-	var handOvers []uint64
-	obs := observe.Func(func(ctx context.Context, ev observe.Event) context.Context {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev.Kind {
-		case observe.ReleaseEnd:
-			releases = append(releases, ev.Err)
-		case observe.HandOver:
-			handOvers = append(handOvers, ev.Token)
-		}
-		return ctx
-	})
-	la := fencedlock.New(client, fencedlock.WithPrefix(b.Prefix), fencedlock.WithObserver(obs))
+	la, late, events := lateLocker(t, b)
 	lb := fencedlock.New(b.Client, fencedlock.WithPrefix(b.Prefix))
 	lockKey, _, _ := elKeys(la, "handon")
 	ea := election.New(la, "handon", election.WithTTL(3*time.Second))
@@ -367,8 +336,36 @@ func TestRunHandsATermThatRanOutToTheNextCandidate(t *testing.T) {
 	require.Greater(t, kept, 500*time.Millisecond, "the late refresh did not keep the key: the test tests nothing")
 	assert.Less(t, c.at.Sub(lost), 500*time.Millisecond,
 		"b was elected %v after a's term was lost; the key, kept %v more, was not handed on", c.at.Sub(lost), kept)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Empty(t, releases, "the lost term reported as a Release")
-	assert.Equal(t, []uint64{uint64(c.term.Token())}, handOvers, "the hand-over of the lost term's key to b")
+	assert.Empty(t, events.of(observe.ReleaseEnd), "the lost term reported as a Release")
+	handOvers := events.of(observe.HandOver)
+	if assert.Len(t, handOvers, 1, "the hand-over of the lost term's key to b") {
+		assert.Equal(t, uint64(c.term.Token()), handOvers[0].Token, "the hand-over's token")
+	}
+}
+
+// eventLog records the events an Observer is given (observe.Func of its
+// observe method).
+type eventLog struct {
+	mu     sync.Mutex
+	events []observe.Event
+}
+
+func (l *eventLog) observe(ctx context.Context, ev observe.Event) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, ev)
+	return ctx
+}
+
+// of returns the events of kind recorded so far.
+func (l *eventLog) of(kind observe.Kind) []observe.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var of []observe.Event
+	for _, ev := range l.events {
+		if ev.Kind == kind {
+			of = append(of, ev)
+		}
+	}
+	return of
 }
