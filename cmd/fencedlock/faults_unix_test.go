@@ -219,17 +219,9 @@ func TestRunStderrClosedPipeStillStopsCMD(t *testing.T) {
 	// there, which the broken pipe would make its own SIGPIPE.
 	script := `exec 2> sh.err; (trap '' TERM; exec sleep 60) & echo $! > gc.pid; trap 'echo TERM > got; exit 0' TERM; echo ready > ready; while :; do sleep 0.02; done`
 	cmd := exec.Command(bin, "run", "-prefix", e.b.Prefix, "-ttl", "3s", "-kill-after", "300ms", "epipe", "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), envRedisURL+"="+e.url)
-	cmd.Dir = e.dir
-	cmd.SysProcAttr = newGroup()
 	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := e.launch(cmd)
 	w.Close()
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	waitUntil(t, "CMD to be ready", func() bool { return e.read("ready") == "ready\n" })
 	gc, err := strconv.Atoi(strings.TrimSpace(e.read("gc.pid")))
 	if err != nil {
@@ -239,12 +231,7 @@ func TestRunStderrClosedPipeStillStopsCMD(t *testing.T) {
 	if err := e.b.Client.Del(context.Background(), e.b.Prefix+":{epipe}:lock").Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(waitLimit):
-		t.Fatalf("fencedlock did not exit within %v", waitLimit)
-	}
-	if code := exitStatus(cmd.ProcessState); code != exitFailure {
+	if code := p.wait(); code != exitFailure {
 		t.Errorf("status %d, want %d", code, exitFailure)
 	}
 	if got := e.read("got"); got != "TERM\n" {

@@ -180,7 +180,8 @@ func (e *env) startRaw(args []string, extraEnv ...string) *proc {
 }
 
 // launch starts cmd, fencedlock or a program that executes it, as
-// startRaw does.
+// startRaw does. A cmd.Stderr the caller set is kept (errText then
+// reads nothing).
 func (e *env) launch(cmd *exec.Cmd, extraEnv ...string) *proc {
 	e.t.Helper()
 	name := fmt.Sprintf("%s/p%d", e.dir, time.Now().UnixNano())
@@ -200,10 +201,16 @@ func (e *env) launch(cmd *exec.Cmd, extraEnv ...string) *proc {
 	p.cmd.SysProcAttr = newGroup()
 	// Files, not pipes: a process that CMD leaves behind does not hold
 	// up Wait.
-	p.cmd.Stdout, p.cmd.Stderr = createFile(e.t, p.stdout), createFile(e.t, p.stderr)
+	files := []*os.File{createFile(e.t, p.stdout)}
+	p.cmd.Stdout = files[0]
+	if p.cmd.Stderr == nil {
+		files = append(files, createFile(e.t, p.stderr))
+		p.cmd.Stderr = files[1]
+	}
 	err := p.cmd.Start()
-	p.cmd.Stdout.(*os.File).Close()
-	p.cmd.Stderr.(*os.File).Close()
+	for _, f := range files {
+		f.Close()
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
